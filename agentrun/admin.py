@@ -1,0 +1,45 @@
+from django.contrib import admin
+
+from agentrun.models import ApiKey
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "name",
+        "tenant_id",
+        "role",
+        "run_id",
+        "key_prefix",
+        "created_at",
+        "revoked_at",
+    ]
+    list_filter = ["role", "tenant_id"]
+    search_fields = ["id", "name", "tenant_id", "run_id", "key_prefix"]
+    # Keys are issued by `create_api_key`; the admin shows them and may revoke them.
+    readonly_fields = [
+        "id",
+        "tenant_id",
+        "role",
+        "run_id",
+        "key_prefix",
+        "key_digest",
+        "created_at",
+        "last_used_at",
+    ]
+    fields = [
+        "id",
+        "name",
+        "tenant_id",
+        "role",
+        "run_id",
+        "key_prefix",
+        "key_digest",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+
+    def has_add_permission(self, request: object) -> bool:
+        return False

@@ -1,0 +1,118 @@
+"""API key authentication and the role permissions.
+
+`Authorization: Bearer <key>` is looked up by digest. The authenticated principal is the
+`ApiKey` itself (`request.auth`); `request.user` is a small `KeyPrincipal` so DRF's
+`is_authenticated` checks work without Django users. Tenant scoping is not done here but
+in the selectors (`runs.selectors.runs_for`), so that another tenant's object is a 404.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+
+from agentrun.hashing import secret_digest
+from agentrun.ids import new_id
+from agentrun.models import ApiKey, ApiKeyRole
+
+KEY_PREFIX = "ar"
+
+
+@dataclass(frozen=True)
+class KeyPrincipal:
+    api_key: ApiKey
+
+    is_authenticated = True
+    is_anonymous = False
+
+    @property
+    def pk(self) -> str:
+        return self.api_key.id
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    api_key: ApiKey
+    secret: str
+
+
+def issue_api_key(
+    *, tenant_id: str, role: str, run_id: str | None = None, name: str = ""
+) -> IssuedKey:
+    """Create a key and return it with its secret, which is never stored or shown again."""
+    if role not in ApiKeyRole.values:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ApiKeyRole.values)}")
+    if role == ApiKeyRole.RUNNER and not run_id:
+        raise ValueError("a runner key is scoped to one run: give its run id")
+    secret = f"{KEY_PREFIX}_{role}_{secrets.token_urlsafe(32)}"
+    api_key = ApiKey.objects.create(
+        id=new_id("key"),
+        name=name,
+        tenant_id=tenant_id,
+        role=role,
+        run_id=run_id if role == ApiKeyRole.RUNNER else None,
+        key_prefix=secret[: len(KEY_PREFIX) + len(role) + 8],
+        key_digest=secret_digest(secret),
+    )
+    return IssuedKey(api_key=api_key, secret=secret)
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[KeyPrincipal, ApiKey] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise exceptions.AuthenticationFailed("expected 'Authorization: Bearer <key>'")
+        api_key = ApiKey.objects.filter(
+            key_digest=secret_digest(token.strip()), revoked_at__isnull=True
+        ).first()
+        if api_key is None:
+            raise exceptions.AuthenticationFailed("unknown or revoked API key")
+        return KeyPrincipal(api_key), api_key
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="agentrun"'
+
+
+def request_key(request: Request) -> ApiKey:
+    """The authenticated key of a request that passed `IsAuthenticatedKey`."""
+    api_key = request.auth
+    assert isinstance(api_key, ApiKey)
+    return api_key
+
+
+class IsAuthenticatedKey(permissions.BasePermission):
+    message = "authentication required: send 'Authorization: Bearer <key>'"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, ApiKey)
+
+
+class _RolePermission(permissions.BasePermission):
+    roles: frozenset[str] = frozenset()
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, ApiKey) and request.auth.role in self.roles
+
+
+class IsOperator(_RolePermission):
+    message = "this endpoint needs an operator key"
+    roles = frozenset({ApiKeyRole.OPERATOR})
+
+
+class IsClientOrOperator(_RolePermission):
+    message = "this endpoint needs a client or operator key"
+    roles = frozenset({ApiKeyRole.CLIENT, ApiKeyRole.OPERATOR})
+
+
+class IsRunnerOrOperator(_RolePermission):
+    message = "this endpoint is part of the runner protocol: it needs a runner or operator key"
+    roles = frozenset({ApiKeyRole.RUNNER, ApiKeyRole.OPERATOR})

@@ -1,0 +1,52 @@
+"""Advisory locks, spelled once.
+
+Every advisory lock key is `(hashtext(namespace), hashtext(value))`, where the namespace
+comes from the `LockKey` registry below: one list, easy to find in `pg_locks` and in the
+logs, matching the seed's key names so an old and a new manager could share a database.
+
+- `advisory_xact_lock` is transaction-scoped: it is released by the commit or rollback
+  of the service transaction that took it, so it must be called inside `atomic()`.
+- `advisory_session_lock` (django-pglocks) outlives transactions. Use it only where a
+  lock must be held across a commit, such as the runner-create fence held while counting
+  active runs and launching; enter it *outside* `atomic()` so that commit precedes unlock.
+
+Row locks (`SELECT … FOR UPDATE`) live in each app's `locks.py`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection
+from django_pglocks import advisory_lock
+
+
+class LockKey(enum.StrEnum):
+    CREATE_RUN = "agentrun-create-run"
+    SESSION_TURN_ADMISSION = "agentrun-session-turn-admission"
+    RUNNER_CREATE = "agentrun-runner-create"
+    OUTBOX_KEY = "agentrun-kafka-outbox-key"
+
+
+def advisory_xact_lock(key: LockKey, value: str) -> None:
+    """Block until the transaction holds `(key, value)`; released at commit or rollback."""
+    assert connection.in_atomic_block, "advisory_xact_lock needs an open transaction"
+    with connection.cursor() as cursor:
+        # Raw SQL: the ORM has no advisory locks. hashtext() keeps the seed's key shape.
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [str(key), value]
+        )
+
+
+@contextmanager
+def advisory_session_lock(key: LockKey, value: str, *, wait: bool = True) -> Iterator[bool]:
+    """Hold a session-level lock across transactions; yields False if `wait=False` missed it.
+
+    Must be entered outside `atomic()`: the protected transaction commits inside the block,
+    before the lock is released.
+    """
+    assert not connection.in_atomic_block, "enter advisory_session_lock outside atomic()"
+    with advisory_lock(f"{key}:{value}", wait=wait) as acquired:
+        yield bool(acquired)

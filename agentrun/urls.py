@@ -1,0 +1,15 @@
+"""URL configuration: admin, health, the v1 API and its OpenAPI document."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from agentrun import health
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/", include("runs.api.urls")),
+]

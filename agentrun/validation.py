@@ -1,0 +1,62 @@
+"""Input validation shared by every app's API: strict serializers and bounded fields.
+
+DRF ignores unknown keys by default; SPEC §3 wants a 400 naming the field for unknown
+fields, wrong types and oversize values, before anything reaches the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from agentrun.hashing import canonical_json
+from agentrun.ids import MAX_ID_LENGTH
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """A plain input serializer that rejects keys it does not declare."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"expected a JSON object, got {type(data).__name__}"]}
+            )
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({key: ["unknown field"] for key in unknown})
+        return super().to_internal_value(data)
+
+
+class IdField(serializers.CharField):
+    """An identifier: a non-blank string of at most 200 characters."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_ID_LENGTH)
+        kwargs.setdefault("allow_blank", False)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+
+class BoundedJSONObjectField(serializers.JSONField):
+    """A JSON object (not a list or scalar) whose canonical encoding fits `max_bytes`."""
+
+    def __init__(self, *, max_bytes: int, allow_null: bool = False, **kwargs: Any) -> None:
+        self.max_bytes = max_bytes
+        super().__init__(allow_null=allow_null, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if value is None:
+            return value
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("expected a JSON object")
+        size = len(canonical_json(value).encode("utf-8"))
+        if size > self.max_bytes:
+            raise serializers.ValidationError(
+                f"is {size} bytes; the limit is {self.max_bytes} bytes"
+            )
+        return value

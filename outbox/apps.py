@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class OutboxConfig(AppConfig):
+    name = "outbox"
+    verbose_name = "Event outbox"
+    default_auto_field = "django.db.models.BigAutoField"

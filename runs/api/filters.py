@@ -1,0 +1,55 @@
+"""The run list's filters: a FilterSet, never hand-parsed query strings."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import Q, QuerySet, Value
+from django.db.models.functions import Concat, Lower
+
+from runs.models import Run, RunStatus
+from runs.selectors import RUN_SORTS
+
+
+class RunFilter(django_filters.FilterSet):
+    status = django_filters.MultipleChoiceFilter(choices=RunStatus.choices)
+    project_id = django_filters.CharFilter(max_length=200)
+    workspace = django_filters.CharFilter(field_name="workspace_ref__path", max_length=4096)
+    backend_profile = django_filters.CharFilter(max_length=200)
+    provider_id = django_filters.CharFilter(max_length=200)
+    updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
+    search = django_filters.CharFilter(method="filter_search", max_length=200)
+    sort = django_filters.ChoiceFilter(
+        choices=[(key, key) for key in RUN_SORTS], method="keep", empty_label=None
+    )
+
+    class Meta:
+        model = Run
+        fields: list[str] = []
+
+    def filter_search(self, queryset: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
+        """Case-insensitive substring over the fields a person searches runs by (seed)."""
+        haystack = Lower(
+            Concat(
+                "id",
+                Value("\n"),
+                "project_id",
+                Value("\n"),
+                "backend_profile",
+                Value("\n"),
+                "provider_id",
+                Value("\n"),
+                "workspace_ref__path",
+                Value("\n"),
+                "session_ref__session_id",
+                Value("\n"),
+                "trace_sink__task_id",
+                Value("\n"),
+                "failure_kind",
+                Value("\n"),
+                "failure_message",
+            )
+        )
+        return queryset.alias(haystack=haystack).filter(Q(haystack__contains=value.lower()))
+
+    def keep(self, queryset: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
+        return queryset  # `sort` is validated here and applied by the selector.

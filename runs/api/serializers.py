@@ -1,0 +1,404 @@
+"""Serializers of the runs API: strict plain serializers in, model serializers out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+
+from agentrun.pagination import SeqCursorQuery
+from agentrun.validation import KIB, MIB, BoundedJSONObjectField, IdField, StrictSerializer
+from runs.models import (
+    RUNNER_EVENT_TYPES,
+    Backend,
+    CancelRequest,
+    Command,
+    CommandType,
+    Event,
+    FailureKind,
+    Run,
+    Runner,
+    RunnerJob,
+)
+from runs.services.events import NewEvent
+from runs.services.lifecycle import RunSpec, TurnResult
+
+EVENT_PAYLOAD_MAX = 1 * MIB
+COMMAND_PAYLOAD_MAX = 256 * KIB
+REF_MAX = 64 * KIB
+MAX_EVENTS_PER_BATCH = 500
+TERMINAL_STATUS_CHOICES = ("completed", "failed", "blocked", "cancelled")
+
+
+# ---- input ---------------------------------------------------------------------------
+
+
+class WorkspaceRefIn(StrictSerializer):
+    path = serializers.CharField(max_length=4096)
+
+
+class SessionRefIn(StrictSerializer):
+    session_id = IdField()
+    conversation_id = IdField(required=False, allow_null=True)
+    thread_id = IdField(required=False, allow_null=True)
+    metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if value.get("expires_at") is not None:
+            value["expires_at"] = value["expires_at"].isoformat()
+        return value
+
+
+class RunCreateIn(StrictSerializer):
+    id = IdField(required=False)
+    tenant_id = IdField(required=False, help_text="Operator keys only; clients use their own.")
+    project_id = IdField()
+    workspace_ref = WorkspaceRefIn()
+    provider_id = IdField()
+    backend_profile = IdField()
+    execution_policy = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
+    session_ref = SessionRefIn(required=False, allow_null=True)
+    resource_bundle_ref = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, allow_null=True)
+    trace_sink = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, allow_null=True)
+
+    def spec(self) -> RunSpec:
+        data = self.validated_data
+        return RunSpec(
+            project_id=data["project_id"],
+            workspace_ref=dict(data["workspace_ref"]),
+            provider_id=data["provider_id"],
+            backend_profile=data["backend_profile"],
+            execution_policy=data.get("execution_policy") or {},
+            session_ref=dict(data["session_ref"]) if data.get("session_ref") else None,
+            resource_bundle_ref=data.get("resource_bundle_ref"),
+            trace_sink=data.get("trace_sink"),
+        )
+
+
+class CancelIn(StrictSerializer):
+    reason = serializers.CharField(max_length=2000, required=False, default="cancel requested")
+
+
+class CommandCreateIn(StrictSerializer):
+    type = serializers.ChoiceField(choices=CommandType.choices)
+    payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX, required=False, default=dict)
+    idempotency_key = IdField(required=False, allow_null=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        text = attrs.get("payload", {}).get("text")
+        if attrs["type"] in ("turn", "steer") and (not isinstance(text, str) or not text):
+            raise serializers.ValidationError(
+                {"payload": [f"payload.text must be a non-empty string for a {attrs['type']}"]}
+            )
+        return attrs
+
+
+class RunnerWriteIn(StrictSerializer):
+    """The fencing token every runner write carries (SPEC §8)."""
+
+    runner_id = IdField()
+    lease_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+
+
+def _lease_ms_field() -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=1000,
+        max_value=settings.AGENTRUN_MAX_LEASE_MS,
+        default=settings.AGENTRUN_DEFAULT_LEASE_MS,
+    )
+
+
+class ClaimIn(StrictSerializer):
+    runner_id = IdField()
+    lease_ms = _lease_ms_field()
+
+
+class HeartbeatIn(RunnerWriteIn):
+    lease_ms = _lease_ms_field()
+
+
+class FinishIn(RunnerWriteIn):
+    terminal_status = serializers.ChoiceField(choices=TERMINAL_STATUS_CHOICES)
+    failure_kind = serializers.ChoiceField(
+        choices=FailureKind.choices, required=False, allow_null=True
+    )
+    failure_message = serializers.CharField(
+        max_length=16 * KIB, required=False, allow_null=True, allow_blank=True
+    )
+    thread_id = IdField(required=False, allow_null=True)
+    turn_id = IdField(required=False, allow_null=True)
+
+    def result(self) -> TurnResult:
+        data = self.validated_data
+        return TurnResult(
+            terminal_status=data["terminal_status"],
+            failure_kind=data.get("failure_kind"),
+            failure_message=data.get("failure_message"),
+            thread_id=data.get("thread_id"),
+            turn_id=data.get("turn_id"),
+        )
+
+
+def _event_type_field(*, required: bool = True) -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=sorted(RUNNER_EVENT_TYPES),
+        required=required,
+        error_messages={"invalid_choice": '"{input}" is not an event type a runner may append.'},
+    )
+
+
+class EventIn(StrictSerializer):
+    type = _event_type_field()
+    payload = BoundedJSONObjectField(max_bytes=EVENT_PAYLOAD_MAX, required=False, default=dict)
+
+
+class EventAppendIn(RunnerWriteIn):
+    """One event (`type`, `payload`) or a batch (`events`), appended atomically."""
+
+    type = _event_type_field(required=False)
+    payload = BoundedJSONObjectField(max_bytes=EVENT_PAYLOAD_MAX, required=False)
+    events = EventIn(many=True, required=False, max_length=MAX_EVENTS_PER_BATCH, min_length=1)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        single = "type" in attrs
+        if single == ("events" in attrs):
+            raise serializers.ValidationError(
+                {"events": ["give either one event (type, payload) or a list in events"]}
+            )
+        if not single and "payload" in attrs:
+            raise serializers.ValidationError({"payload": ["payload goes inside each event"]})
+        return attrs
+
+    def new_events(self) -> list[NewEvent]:
+        data = self.validated_data
+        if "events" in data:
+            return [NewEvent(item["type"], item.get("payload") or {}) for item in data["events"]]
+        return [NewEvent(data["type"], data.get("payload") or {})]
+
+
+class EventsQuery(SeqCursorQuery):
+    wait = serializers.FloatField(
+        min_value=0, max_value=settings.AGENTRUN_LONG_POLL_MAX_SECONDS, default=0
+    )
+
+
+class CountQuery(StrictSerializer):
+    after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+
+
+class CommandEventsQuery(StrictSerializer):
+    limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
+
+
+class RunnerJobsQuery(StrictSerializer):
+    command_id = IdField(required=False)
+
+
+class RunnerJobIn(StrictSerializer):
+    command_id = IdField()
+    idempotency_key = IdField(required=False, allow_null=True)
+    attempt_id = IdField()
+    runner_id = IdField()
+    namespace = serializers.CharField(max_length=253)
+    job_name = serializers.CharField(max_length=253)
+    manager_url = serializers.CharField(max_length=2048)
+    image = serializers.CharField(max_length=1024)
+    source_commit = serializers.CharField(max_length=200)
+    service_account_name = serializers.CharField(max_length=253, required=False, allow_null=True)
+    result = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
+
+
+class RunnerJobPatchIn(StrictSerializer):
+    result = BoundedJSONObjectField(max_bytes=REF_MAX)
+
+
+class RunnerRegisterIn(StrictSerializer):
+    id = IdField(required=False)
+    run_id = IdField(required=False, allow_null=True)
+    attempt_id = IdField(required=False, allow_null=True)
+    backend_profile = IdField(required=False, allow_null=True)
+    placement = serializers.CharField(max_length=200, required=False, allow_null=True)
+    source_commit = serializers.CharField(max_length=200, required=False, allow_null=True)
+    metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
+
+
+# ---- output --------------------------------------------------------------------------
+
+
+class RunOut(serializers.ModelSerializer[Run]):
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "tenant_id",
+            "project_id",
+            "workspace_ref",
+            "session_ref",
+            "resource_bundle_ref",
+            "provider_id",
+            "backend_profile",
+            "execution_policy",
+            "trace_sink",
+            "status",
+            "terminal_status",
+            "failure_kind",
+            "failure_message",
+            "claimed_by",
+            "lease_expires_at",
+            "lease_epoch",
+            "cancel_epoch",
+            "cancel_request_id",
+            "cancel_requested_at",
+            "cancel_reason",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class RunListItemOut(RunOut):
+    latest_command = serializers.JSONField(read_only=True, allow_null=True)
+    latest_runner_job = serializers.JSONField(read_only=True, allow_null=True)
+
+    class Meta(RunOut.Meta):
+        fields = [*RunOut.Meta.fields, "latest_command", "latest_runner_job"]
+
+
+class RunFacetsOut(serializers.Serializer[Any]):
+    projects = serializers.ListField(child=serializers.CharField())
+    workspaces = serializers.ListField(child=serializers.CharField())
+    backends = serializers.ListField(child=serializers.CharField())
+    providers = serializers.ListField(child=serializers.CharField())
+    status_counts = serializers.DictField(child=serializers.IntegerField())
+
+
+class RunPageOut(serializers.Serializer[Any]):
+    items = RunListItemOut(many=True)
+    total = serializers.IntegerField()
+    page = serializers.IntegerField()
+    page_size = serializers.IntegerField()
+    facets = RunFacetsOut()
+
+
+class CommandOut(serializers.ModelSerializer[Command]):
+    run_id = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Command
+        fields = [
+            "id",
+            "run_id",
+            "seq",
+            "type",
+            "payload",
+            "payload_hash",
+            "idempotency_key",
+            "state",
+            "created_at",
+            "updated_at",
+            "acknowledged_at",
+            "cancel_epoch",
+            "cancel_request_id",
+            "cancel_requested_at",
+            "cancel_reason",
+        ]
+
+
+class EventOut(serializers.ModelSerializer[Event]):
+    run_id = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ["id", "run_id", "seq", "type", "payload", "created_at"]
+
+
+class EventPageOut(serializers.Serializer[Any]):
+    items = EventOut(many=True)
+    count = serializers.IntegerField()
+    next_after_seq = serializers.IntegerField()
+    timed_out = serializers.BooleanField()
+
+
+class CountOut(serializers.Serializer[Any]):
+    count = serializers.IntegerField()
+
+
+class CancelRequestOut(serializers.ModelSerializer[CancelRequest]):
+    run_id = serializers.CharField(read_only=True, allow_null=True)
+    command_id = serializers.CharField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = CancelRequest
+        fields = [
+            "id",
+            "target_kind",
+            "target_id",
+            "run_id",
+            "command_id",
+            "session_id",
+            "task_id",
+            "reason",
+            "requested_by",
+            "epoch",
+            "stage",
+            "metadata",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class CancelReceiptOut(serializers.Serializer[Any]):
+    cancel_request = CancelRequestOut(allow_null=True)
+    changed = serializers.BooleanField()
+    run = RunOut()
+    command = CommandOut(allow_null=True, required=False)
+
+
+class RunnerJobOut(serializers.ModelSerializer[RunnerJob]):
+    run_id = serializers.CharField(read_only=True)
+    command_id = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = RunnerJob
+        fields = [
+            "id",
+            "run_id",
+            "command_id",
+            "idempotency_key",
+            "payload_hash",
+            "attempt_id",
+            "runner_id",
+            "namespace",
+            "job_name",
+            "manager_url",
+            "image",
+            "source_commit",
+            "service_account_name",
+            "result",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class RunnerOut(serializers.ModelSerializer[Runner]):
+    class Meta:
+        model = Runner
+        fields = [
+            "id",
+            "run_id",
+            "attempt_id",
+            "backend_profile",
+            "placement",
+            "source_commit",
+            "metadata",
+            "registered_at",
+            "heartbeat_at",
+        ]
+
+
+class BackendOut(serializers.ModelSerializer[Backend]):
+    class Meta:
+        model = Backend
+        fields = ["profile", "capabilities", "capacity", "health", "updated_at"]

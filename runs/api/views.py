@@ -1,0 +1,330 @@
+"""Views of the runs API: validate, call one service or selector, serialize.
+
+Roles (SPEC §3): clients create and read their tenant's runs and commands and cancel
+them; runners (keys scoped to one run) speak the lease protocol; operators may do both
+for any tenant. Objects outside a key's scope are 404s, raised by the selectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOperator, request_key
+from agentrun.errors import invalid
+from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.pagination import PageQuery, SeqCursorQuery
+from runs import selectors
+from runs.api import serializers as s
+from runs.api.filters import RunFilter
+from runs.services import cancel, commands, events, lifecycle, runners
+from runs.waiting import wait_for_event
+
+
+def _query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
+    return _query_dict(serializer_class, request.query_params.dict())
+
+
+def _query_dict(serializer_class: type[Any], params: dict[str, Any]) -> dict[str, Any]:
+    serializer = serializer_class(data=params)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _filter_params(request: Request) -> Any:
+    """The run list's filter parameters; any other parameter is a 400 naming it."""
+    allowed = {*RunFilter.base_filters, "page", "page_size"}
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise invalid(f"{unknown[0]}: unknown query parameter", field=unknown[0])
+    return request.query_params
+
+
+def _client_tenant(api_key: ApiKey, tenant_id: str | None) -> str:
+    """The tenant a run is created in: a client's own; an operator must name one."""
+    if api_key.role == ApiKeyRole.OPERATOR and not tenant_id:
+        raise invalid("tenant_id: an operator key must name the tenant", field="tenant_id")
+    if tenant_id and tenant_id != api_key.tenant_id:
+        raise invalid("tenant_id: a client key creates runs in its own tenant", field="tenant_id")
+    return api_key.tenant_id
+
+
+def _body(serializer_class: type[Any], request: Request) -> Any:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer
+
+
+def _created(instance: Any, serializer_class: type[Any], created: bool) -> Response:
+    code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+    return Response(serializer_class(instance).data, status=code)
+
+
+class RunViewSet(viewsets.ViewSet):
+    lookup_value_regex = "[^/]+"
+    # Who may write where an action also reads: POST /runs, /events, /commands, /runner-jobs.
+    write_permissions: dict[str, Any] = {
+        "create": IsClientOrOperator,
+        "events": IsRunnerOrOperator,
+        "commands": IsClientOrOperator,
+        "runner_jobs": IsRunnerOrOperator,
+    }
+
+    def get_permissions(self) -> list[Any]:
+        if self.request.method == "POST" and self.action in self.write_permissions:
+            return [IsAuthenticatedKey(), self.write_permissions[self.action]()]
+        return super().get_permissions()
+
+    @extend_schema(parameters=[RunFilter, PageQuery], responses=s.RunPageOut)
+    def list(self, request: Request) -> Response:
+        scope = selectors.runs_for(api_key=request_key(request))
+        paging = {
+            key: request.query_params[key]
+            for key in ("page", "page_size")
+            if key in request.query_params
+        }
+        page = _query_dict(PageQuery, paging)
+        filterset = RunFilter(_filter_params(request), queryset=scope)
+        if not filterset.is_valid():
+            field, errors = next(iter(filterset.errors.items()))
+            raise invalid(f"{field}: {errors[0]}", field=field, errors=filterset.errors)
+        result = selectors.list_runs(
+            scope=scope,
+            filtered=filterset.qs,
+            sort=filterset.form.cleaned_data.get("sort") or "updated-desc",
+            **page,
+        )
+        return Response(s.RunPageOut(result).data)
+
+    @extend_schema(request=s.RunCreateIn, responses={201: s.RunOut, 200: s.RunOut})
+    def create(self, request: Request) -> Response:
+        body = _body(s.RunCreateIn, request)
+        api_key = request_key(request)
+        tenant_id = body.validated_data.get("tenant_id")
+        if not (api_key.role == ApiKeyRole.OPERATOR and tenant_id):
+            tenant_id = _client_tenant(api_key, tenant_id)
+        result = lifecycle.create_run(
+            tenant_id=tenant_id, spec=body.spec(), run_id=body.validated_data.get("id")
+        )
+        return _created(result.run, s.RunOut, result.created)
+
+    @extend_schema(responses=s.RunOut)
+    def retrieve(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        return Response(s.RunOut(run).data)
+
+    @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
+    @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
+    def cancel(self, request: Request, pk: str) -> Response:
+        api_key = request_key(request)
+        run = selectors.get_run_for(api_key=api_key, run_id=pk)
+        body = _body(s.CancelIn, request)
+        outcome = cancel.cancel_run(
+            run_id=run.id, reason=body.validated_data["reason"], requested_by=api_key.id
+        )
+        return Response(s.CancelReceiptOut(outcome).data)
+
+    @extend_schema(responses=s.CancelRequestOut(many=True))
+    @action(detail=True, methods=["get"], url_path="cancel-requests")
+    def cancel_requests(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        items = selectors.cancel_requests_for(run=run)
+        return Response({"items": s.CancelRequestOut(items, many=True).data})
+
+    @extend_schema(methods=["GET"], parameters=[s.EventsQuery], responses=s.EventPageOut)
+    @extend_schema(
+        methods=["POST"], request=s.EventAppendIn, responses={201: s.EventOut(many=True)}
+    )
+    @action(detail=True, methods=["get", "post"])
+    def events(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        if request.method == "POST":
+            return self._append_events(request, run.id)
+        query = _query(s.EventsQuery, request)
+        page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
+        timed_out = False
+        if not page and query["wait"] > 0:
+            timed_out = not wait_for_event(
+                run_id=run.id, after_seq=query["after_seq"], timeout_s=query["wait"]
+            )
+            if not timed_out:
+                page = selectors.events_page(
+                    run=run, after_seq=query["after_seq"], limit=query["limit"]
+                )
+        next_after = page[-1].seq if page else query["after_seq"]
+        data = {
+            "items": page,
+            "count": len(page),
+            "next_after_seq": next_after,
+            "timed_out": timed_out,
+        }
+        return Response(s.EventPageOut(data).data)
+
+    def _append_events(self, request: Request, run_id: str) -> Response:
+        body = _body(s.EventAppendIn, request)
+        appended = events.append_runner_events(
+            run_id=run_id,
+            runner_id=body.validated_data["runner_id"],
+            lease_epoch=body.validated_data["lease_epoch"],
+            events=body.new_events(),
+        )
+        return Response(
+            {"items": s.EventOut(appended, many=True).data}, status=status.HTTP_201_CREATED
+        )
+
+    @extend_schema(parameters=[s.CountQuery], responses=s.CountOut)
+    @action(detail=True, methods=["get"], url_path="events/count")
+    def events_count(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        query = _query(s.CountQuery, request)
+        return Response({"count": selectors.count_events(run=run, after_seq=query["after_seq"])})
+
+    @extend_schema(methods=["GET"], parameters=[SeqCursorQuery], responses=s.CommandOut(many=True))
+    @extend_schema(methods=["POST"], request=s.CommandCreateIn, responses={201: s.CommandOut})
+    @action(detail=True, methods=["get", "post"], url_path="commands")
+    def commands(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        if request.method == "GET":
+            query = _query(SeqCursorQuery, request)
+            items = selectors.commands_page(run=run, **query)
+            return Response({"items": s.CommandOut(items, many=True).data})
+        body = _body(s.CommandCreateIn, request)
+        result = commands.create_command(run_id=run.id, **body.validated_data)
+        return _created(result.command, s.CommandOut, result.created)
+
+    @extend_schema(request=s.ClaimIn, responses=s.RunOut)
+    @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
+    def claim(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        body = _body(s.ClaimIn, request)
+        claimed = lifecycle.claim_run(run_id=run.id, **body.validated_data)
+        return Response(s.RunOut(claimed).data)
+
+    @extend_schema(request=s.HeartbeatIn, responses=s.RunOut)
+    @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
+    def heartbeat(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        body = _body(s.HeartbeatIn, request)
+        current = lifecycle.heartbeat_run(run_id=run.id, **body.validated_data)
+        return Response(s.RunOut(current).data)
+
+    @extend_schema(request=s.FinishIn, responses=s.RunOut)
+    @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
+    def finish(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        body = _body(s.FinishIn, request)
+        finished = lifecycle.finish_run(
+            run_id=run.id,
+            runner_id=body.validated_data["runner_id"],
+            lease_epoch=body.validated_data["lease_epoch"],
+            result=body.result(),
+        )
+        return Response(s.RunOut(finished).data)
+
+    @extend_schema(
+        methods=["GET"], parameters=[s.RunnerJobsQuery], responses=s.RunnerJobOut(many=True)
+    )
+    @extend_schema(methods=["POST"], request=s.RunnerJobIn, responses={201: s.RunnerJobOut})
+    @action(detail=True, methods=["get", "post"], url_path="runner-jobs")
+    def runner_jobs(self, request: Request, pk: str) -> Response:
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        if request.method == "GET":
+            query = _query(s.RunnerJobsQuery, request)
+            items = selectors.runner_jobs_for(run=run, command_id=query.get("command_id"))
+            return Response({"items": s.RunnerJobOut(items, many=True).data})
+        data = dict(_body(s.RunnerJobIn, request).validated_data)
+        key = data.pop("idempotency_key", None)
+        result = runners.save_runner_job(
+            run_id=run.id, spec=runners.RunnerJobSpec(**data), idempotency_key=key
+        )
+        return _created(result.job, s.RunnerJobOut, result.created)
+
+
+class CommandViewSet(viewsets.ViewSet):
+    lookup_value_regex = "[^/]+"
+
+    @extend_schema(responses=s.CommandOut)
+    def retrieve(self, request: Request, pk: str) -> Response:
+        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        return Response(s.CommandOut(command).data)
+
+    @extend_schema(request=s.RunnerWriteIn, responses=s.CommandOut)
+    @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
+    def ack(self, request: Request, pk: str) -> Response:
+        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        body = _body(s.RunnerWriteIn, request)
+        acked = commands.ack_command(command_id=command.id, **body.validated_data)
+        return Response(s.CommandOut(acked).data)
+
+    @extend_schema(request=s.FinishIn, responses=s.CommandOut)
+    @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
+    def finish(self, request: Request, pk: str) -> Response:
+        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        body = _body(s.FinishIn, request)
+        finished = commands.finish_command(
+            command_id=command.id,
+            runner_id=body.validated_data["runner_id"],
+            lease_epoch=body.validated_data["lease_epoch"],
+            result=body.result(),
+        )
+        return Response(s.CommandOut(finished).data)
+
+    @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
+    @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
+    def cancel(self, request: Request, pk: str) -> Response:
+        api_key = request_key(request)
+        command = selectors.get_command_for(api_key=api_key, command_id=pk)
+        body = _body(s.CancelIn, request)
+        outcome = cancel.cancel_command(
+            command_id=command.id, reason=body.validated_data["reason"], requested_by=api_key.id
+        )
+        return Response(s.CancelReceiptOut(outcome).data)
+
+    @extend_schema(parameters=[s.CommandEventsQuery], responses=s.EventOut(many=True))
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str) -> Response:
+        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        query = _query(s.CommandEventsQuery, request)
+        items = selectors.events_for_command(
+            run=command.run, command_id=command.id, limit=query["limit"]
+        )
+        return Response({"items": s.EventOut(items, many=True).data})
+
+
+class RunnerJobViewSet(viewsets.ViewSet):
+    lookup_value_regex = "[^/]+"
+    permission_classes = [IsRunnerOrOperator]
+
+    @extend_schema(request=s.RunnerJobPatchIn, responses=s.RunnerJobOut)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        job = selectors.get_runner_job_for(api_key=request_key(request), runner_job_id=pk)
+        body = _body(s.RunnerJobPatchIn, request)
+        patched = runners.patch_runner_job_result(
+            runner_job_id=job.id, patch=body.validated_data["result"]
+        )
+        return Response(s.RunnerJobOut(patched).data)
+
+
+class RunnerViewSet(viewsets.ViewSet):
+    permission_classes = [IsRunnerOrOperator]
+
+    @extend_schema(request=s.RunnerRegisterIn, responses=s.RunnerOut)
+    def create(self, request: Request) -> Response:
+        data = dict(_body(s.RunnerRegisterIn, request).validated_data)
+        api_key = request_key(request)
+        if api_key.is_runner:
+            # A runner key registers runners for its own run only.
+            data["run_id"] = api_key.run_id
+        runner = runners.register_runner(runner_id=data.pop("id", None), **data)
+        return Response(s.RunnerOut(runner).data, status=status.HTTP_200_OK)
+
+
+class BackendViewSet(viewsets.ViewSet):
+    @extend_schema(responses=s.BackendOut(many=True))
+    def list(self, request: Request) -> Response:
+        return Response({"items": s.BackendOut(selectors.backends(), many=True).data})

@@ -1,0 +1,50 @@
+"""Row locks of the runs app.
+
+Lock order, everywhere: the run row first, then its command rows (by seq), then the
+session row (sessions app). Every helper must be called inside the service's transaction;
+the locks are held until it commits. `no_key=True` is not used: finishing and cancelling
+change columns that other writers read under the same lock, and the seed takes plain
+`FOR UPDATE`.
+"""
+
+from __future__ import annotations
+
+from agentrun.errors import not_found
+from runs.models import Command, Run, RunnerJob
+
+
+def lock_run(run_id: str) -> Run:
+    """`SELECT … FOR UPDATE` the run; 404 if it does not exist. Serialises all run writes."""
+    run = Run.objects.select_for_update().filter(pk=run_id).first()
+    if run is None:
+        raise not_found("run", run_id)
+    return run
+
+
+def lock_run_commands(run: Run) -> list[Command]:
+    """Lock every command of a locked run, in seq order (finish and cancel touch them all)."""
+    return list(Command.objects.select_for_update().filter(run=run).order_by("seq"))
+
+
+def lock_command(command_id: str, *, run: Run) -> Command:
+    """Lock one command of an already locked run; 404 if it is not that run's."""
+    command = Command.objects.select_for_update().filter(pk=command_id, run=run).first()
+    if command is None:
+        raise not_found("command", command_id)
+    return command
+
+
+def lock_run_of_command(command_id: str) -> Run:
+    """Lock the run a command belongs to (the run lock comes before any command lock)."""
+    run_id = Command.objects.filter(pk=command_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise not_found("command", command_id)
+    return lock_run(run_id)
+
+
+def lock_runner_job(runner_job_id: str) -> RunnerJob:
+    """Lock a runner job row for a read-modify-write of its result."""
+    job = RunnerJob.objects.select_for_update().filter(pk=runner_job_id).first()
+    if job is None:
+        raise not_found("runner job", runner_job_id)
+    return job

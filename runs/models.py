@@ -1,0 +1,325 @@
+"""Runs, commands, events, runners, backends, leases, runner jobs and cancel requests.
+
+Table and column names are the seed's (`agentrun_runs`, …) so that an existing agentrun
+database can later be adopted. State lives in these rows; every write goes through
+`runs.services`, which owns the transitions, so the admin shows most fields read-only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+from django.utils import timezone
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "blocked", "cancelled"})
+
+
+class FailureKind(models.TextChoices):
+    SCHEMA_INVALID = "schema-invalid"
+    INFRA_FAILED = "infra-failed"
+    BACKEND_FAILED = "backend-failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    RUNNER_LEASE_CONFLICT = "runner-lease-conflict"
+
+
+class CommandType(models.TextChoices):
+    TURN = "turn"
+    STEER = "steer"
+    INTERRUPT = "interrupt"
+
+
+class CommandState(models.TextChoices):
+    PENDING = "pending"
+    ACKNOWLEDGED = "acknowledged"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_COMMAND_STATES = frozenset({"completed", "failed", "cancelled"})
+
+
+class EventType(models.TextChoices):
+    USER_MESSAGE = "user_message"
+    BACKEND_STATUS = "backend_status"
+    TERMINAL_STATUS = "terminal_status"
+    AGENT_MESSAGE = "agent_message"
+    AGENT_MESSAGE_DELTA = "agent_message_delta"
+    REASONING = "reasoning"
+    TOOL_CALL = "tool_call"
+    TOOL_OUTPUT = "tool_output"
+    FILE_CHANGE = "file_change"
+    TOKEN_USAGE = "token_usage"
+    LOG = "log"
+    ERROR = "error"
+
+
+# What a runner may append. `terminal_status` and `user_message` are written by the server.
+RUNNER_EVENT_TYPES = frozenset(
+    {
+        "backend_status",
+        "agent_message",
+        "agent_message_delta",
+        "reasoning",
+        "tool_call",
+        "tool_output",
+        "file_change",
+        "token_usage",
+        "log",
+        "error",
+    }
+)
+
+
+class CancelStage(models.TextChoices):
+    ACCEPTED = "accepted"
+    PERSISTED = "persisted"
+    FENCED = "fenced"
+    DELIVERED = "delivered"
+    ABORTING = "aborting"
+    TERMINALIZED = "terminalized"
+
+
+class CancelTargetKind(models.TextChoices):
+    RUN = "run"
+    COMMAND = "command"
+    SESSION = "session"
+    TASK = "task"
+
+
+class Run(models.Model):
+    id = models.TextField(primary_key=True)
+    tenant_id = models.TextField()
+    project_id = models.TextField()
+    workspace_ref = models.JSONField()
+    session_ref = models.JSONField(null=True, blank=True)
+    resource_bundle_ref = models.JSONField(null=True, blank=True)
+    provider_id = models.TextField()
+    backend_profile = models.TextField()
+    execution_policy = models.JSONField()
+    trace_sink = models.JSONField(null=True, blank=True)
+    status = models.TextField(choices=RunStatus.choices, default=RunStatus.PENDING)
+    terminal_status = models.TextField(null=True, blank=True)
+    failure_kind = models.TextField(null=True, blank=True)
+    failure_message = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    claimed_by = models.TextField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Beyond the seed: every claim increments the epoch; runner writes carry it (SPEC §8).
+    lease_epoch = models.IntegerField(default=0)
+    cancel_epoch = models.IntegerField(default=0)
+    cancel_request_id = models.TextField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agentrun_runs"
+        indexes = [
+            models.Index(fields=["status", "updated_at"], name="agentrun_runs_status_idx"),
+            models.Index(fields=["tenant_id", "-updated_at"], name="agentrun_runs_tenant_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_RUN_STATUSES
+
+    @property
+    def session_id(self) -> str | None:
+        ref = self.session_ref
+        return ref.get("session_id") if isinstance(ref, dict) else None
+
+    def lease_expired(self, now: datetime) -> bool:
+        return self.lease_expires_at is None or self.lease_expires_at <= now
+
+
+class Command(models.Model):
+    id = models.TextField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="commands")
+    seq = models.IntegerField()
+    type = models.TextField(choices=CommandType.choices)
+    payload = models.JSONField()
+    payload_hash = models.TextField()
+    idempotency_key = models.TextField(null=True, blank=True)
+    state = models.TextField(choices=CommandState.choices, default=CommandState.PENDING)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    cancel_epoch = models.IntegerField(default=0)
+    cancel_request_id = models.TextField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agentrun_commands"
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="agentrun_commands_run_seq_key"),
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="agentrun_commands_run_idempotency_key_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_COMMAND_STATES
+
+
+class Event(models.Model):
+    id = models.TextField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.IntegerField()
+    type = models.TextField(choices=EventType.choices)
+    payload = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_events"
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="agentrun_events_run_seq_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class Runner(models.Model):
+    id = models.TextField(primary_key=True)
+    run_id = models.TextField(null=True, blank=True)
+    attempt_id = models.TextField(null=True, blank=True)
+    backend_profile = models.TextField(null=True, blank=True)
+    placement = models.TextField(null=True, blank=True)
+    source_commit = models.TextField(null=True, blank=True)
+    metadata = models.JSONField(default=dict)
+    registered_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_runners"
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Backend(models.Model):
+    profile = models.TextField(primary_key=True)
+    capabilities = models.JSONField()
+    capacity = models.JSONField()
+    health = models.JSONField()
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_backends"
+
+    def __str__(self) -> str:
+        return self.profile
+
+
+class Lease(models.Model):
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, primary_key=True, related_name="lease"
+    )
+    runner_id = models.TextField()
+    lease_expires_at = models.DateTimeField()
+    lease_epoch = models.IntegerField(default=0)
+    stale_recovery_marker = models.JSONField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_leases"
+        indexes = [models.Index(fields=["lease_expires_at"], name="agentrun_leases_expiry_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} → {self.runner_id}"
+
+
+class RunnerJob(models.Model):
+    id = models.TextField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="runner_jobs")
+    command = models.ForeignKey(Command, on_delete=models.CASCADE, related_name="runner_jobs")
+    idempotency_key = models.TextField(null=True, blank=True)
+    payload_hash = models.TextField()
+    attempt_id = models.TextField()
+    runner_id = models.TextField()
+    namespace = models.TextField()
+    job_name = models.TextField()
+    manager_url = models.TextField()
+    image = models.TextField()
+    source_commit = models.TextField()
+    service_account_name = models.TextField(null=True, blank=True)
+    result = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_runner_jobs"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="agentrun_runner_jobs_run_idempotency_key_idx",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["run", "command", "created_at"], name="agentrun_rjobs_run_cmd_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class CancelRequest(models.Model):
+    id = models.TextField(primary_key=True)
+    target_kind = models.TextField(choices=CancelTargetKind.choices)
+    target_id = models.TextField()
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, null=True, blank=True, related_name="cancel_requests"
+    )
+    command = models.ForeignKey(
+        Command, on_delete=models.SET_NULL, null=True, blank=True, related_name="cancel_requests"
+    )
+    session_id = models.TextField(null=True, blank=True)
+    task_id = models.TextField(null=True, blank=True)
+    reason = models.TextField()
+    requested_by = models.TextField(null=True, blank=True)
+    epoch = models.IntegerField()
+    stage = models.TextField(choices=CancelStage.choices)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_cancel_requests"
+        indexes = [
+            models.Index(
+                fields=["target_kind", "target_id", "-created_at"],
+                name="agentrun_cancel_target_idx",
+            ),
+            models.Index(fields=["run", "-created_at"], name="agentrun_cancel_run_idx"),
+            models.Index(fields=["command", "-created_at"], name="agentrun_cancel_command_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.target_kind} {self.target_id}: {self.stage})"

@@ -1,0 +1,204 @@
+"""Reads of the runs app.
+
+Every read of tenant data starts from `runs_for(api_key=…)`, which applies the key's
+scope: an operator sees every tenant, a client its own tenant, a runner its one run.
+Anything outside the scope is a 404 raised here, never a 403 that reveals it exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Value, Window
+from django.db.models.functions import JSONObject
+
+from agentrun.errors import not_found
+from agentrun.models import ApiKey, ApiKeyRole
+from runs.models import Backend, CancelRequest, Command, Event, Run, RunnerJob, RunStatus
+
+RUN_SORTS: dict[str, tuple[str, ...]] = {
+    "updated-desc": ("-updated_at", "-id"),
+    "updated-asc": ("updated_at", "id"),
+    "status-asc": ("status", "-updated_at", "-id"),
+    "id-asc": ("id",),
+}
+
+
+def runs_for(*, api_key: ApiKey) -> QuerySet[Run]:
+    """The runs a key may see."""
+    runs = Run.objects.all()
+    if api_key.role == ApiKeyRole.OPERATOR:
+        return runs
+    if api_key.role == ApiKeyRole.RUNNER:
+        return runs.filter(pk=api_key.run_id, tenant_id=api_key.tenant_id)
+    return runs.filter(tenant_id=api_key.tenant_id)
+
+
+def get_run_for(*, api_key: ApiKey, run_id: str) -> Run:
+    run = runs_for(api_key=api_key).filter(pk=run_id).first()
+    if run is None:
+        raise not_found("run", run_id)
+    return run
+
+
+def get_command_for(*, api_key: ApiKey, command_id: str) -> Command:
+    command = (
+        Command.objects.select_related("run")
+        .filter(pk=command_id, run__in=runs_for(api_key=api_key))
+        .first()
+    )
+    if command is None:
+        raise not_found("command", command_id)
+    return command
+
+
+def get_runner_job_for(*, api_key: ApiKey, runner_job_id: str) -> RunnerJob:
+    job = RunnerJob.objects.filter(pk=runner_job_id, run__in=runs_for(api_key=api_key)).first()
+    if job is None:
+        raise not_found("runner job", runner_job_id)
+    return job
+
+
+@dataclass(frozen=True)
+class RunPage:
+    items: list[Run]
+    total: int
+    facets: dict[str, Any]
+    page: int
+    page_size: int
+
+
+def _command_json() -> JSONObject:
+    return JSONObject(
+        id="id",
+        seq="seq",
+        type="type",
+        state="state",
+        idempotency_key="idempotency_key",
+        created_at="created_at",
+        updated_at="updated_at",
+    )
+
+
+def _runner_job_json() -> JSONObject:
+    return JSONObject(
+        id="id",
+        command_id="command_id",
+        runner_id="runner_id",
+        namespace="namespace",
+        job_name="job_name",
+        image="image",
+        result="result",
+        created_at="created_at",
+    )
+
+
+def _facets(scope: QuerySet[Run]) -> Subquery:
+    """One row of facet values over the key's whole scope (not the filtered page): the
+    choices a run list UI offers. Uncorrelated, so PostgreSQL evaluates it once."""
+    status_counts = {status: Count("id", filter=Q(status=status)) for status in RunStatus.values}
+    facet_row = (
+        scope.order_by()
+        .annotate(grouping=Value(1))
+        .values("grouping")
+        .annotate(
+            facets=JSONObject(
+                projects=ArrayAgg("project_id", distinct=True, ordering="project_id"),
+                workspaces=ArrayAgg(
+                    F("workspace_ref__path"),
+                    distinct=True,
+                    ordering=F("workspace_ref__path"),
+                    filter=Q(workspace_ref__path__isnull=False),
+                ),
+                backends=ArrayAgg("backend_profile", distinct=True, ordering="backend_profile"),
+                providers=ArrayAgg("provider_id", distinct=True, ordering="provider_id"),
+                status_counts=JSONObject(**status_counts),
+            )
+        )
+        .values("facets")
+    )
+    return Subquery(facet_row[:1])
+
+
+def list_runs(
+    *, scope: QuerySet[Run], filtered: QuerySet[Run], sort: str, page: int, page_size: int
+) -> RunPage:
+    """A page of runs with the total, the facets, and each run's latest command and
+    runner job, in one query (seed `listRuns`). `filtered` is `scope` narrowed by the
+    filterset; `sort` is one of RUN_SORTS."""
+    offset = (page - 1) * page_size
+    latest_command = Command.objects.filter(run=OuterRef("pk")).order_by("-seq")
+    latest_job = RunnerJob.objects.filter(run=OuterRef("pk")).order_by("-created_at", "-id")
+    rows = list(
+        filtered.annotate(
+            total=Window(Count("*")),
+            facets=_facets(scope),
+            latest_command=Subquery(latest_command.values(json=_command_json())[:1]),
+            latest_runner_job=Subquery(latest_job.values(json=_runner_job_json())[:1]),
+        ).order_by(*RUN_SORTS[sort])[offset : offset + page_size]
+    )
+    if rows:
+        total, facets = rows[0].total, rows[0].facets
+    else:  # a page past the end: the window saw no rows, ask for the two facts directly.
+        total = filtered.count()
+        facets = scope.aggregate(f=_facets(scope))["f"] if total or scope.exists() else None
+    return RunPage(rows, total, facets or _empty_facets(), page, page_size)
+
+
+def _empty_facets() -> dict[str, Any]:
+    return {
+        "projects": [],
+        "workspaces": [],
+        "backends": [],
+        "providers": [],
+        "status_counts": dict.fromkeys(RunStatus.values, 0),
+    }
+
+
+def events_page(*, run: Run, after_seq: int, limit: int) -> list[Event]:
+    return list(Event.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+
+
+def count_events(*, run: Run, after_seq: int) -> int:
+    return Event.objects.filter(run=run, seq__gt=after_seq).count()
+
+
+def events_for_command(*, run: Run, command_id: str, limit: int) -> list[Event]:
+    """Events about one command, and the run's own terminal status (seed
+    `listEventsForCommand`)."""
+    about_command = (
+        Q(payload__command_id=command_id)
+        | Q(payload__target_command_id=command_id)
+        | (Q(type="terminal_status") & ~Q(payload__has_key="command_id"))
+    )
+    return list(Event.objects.filter(about_command, run=run).order_by("seq")[:limit])
+
+
+def commands_page(*, run: Run, after_seq: int, limit: int) -> list[Command]:
+    return list(Command.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+
+
+def cancel_requests_for(*, run: Run) -> list[CancelRequest]:
+    return list(CancelRequest.objects.filter(run=run).order_by("created_at", "id"))
+
+
+def runner_jobs_for(*, run: Run, command_id: str | None = None) -> list[RunnerJob]:
+    jobs = RunnerJob.objects.filter(run=run)
+    if command_id:
+        jobs = jobs.filter(command_id=command_id)
+    return list(jobs.order_by("created_at", "id"))
+
+
+def runner_jobs_for_reconciliation(*, limit: int) -> list[RunnerJob]:
+    """Jobs whose run or command is not terminal (seed `listRunnerJobsForReconciliation`;
+    the foreign keys cascade, so a job cannot outlive its run or command here)."""
+    open_work = ~Q(run__status__in=["completed", "failed", "blocked", "cancelled"]) | ~Q(
+        command__state__in=["completed", "failed", "cancelled"]
+    )
+    return list(RunnerJob.objects.filter(open_work).order_by("updated_at", "created_at")[:limit])
+
+
+def backends() -> list[Backend]:
+    return list(Backend.objects.order_by("profile"))

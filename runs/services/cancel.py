@@ -1,0 +1,219 @@
+"""Cancellation: staged, authoritative, recorded (seed `cancelRun`, `cancelCommand`).
+
+A cancel request gets the target's next cancel epoch and moves through stages, each
+recorded on the request row and as a `backend_status {phase: cancel-<stage>}` event:
+`accepted → persisted → fenced` (the claiming runner's lease had expired) or
+`→ delivered → aborting` (a live runner holds the lease and learns through its heartbeat
+or the event stream) `→ terminalized`. The store terminalises the target in the same
+transaction; whatever the runner reports later is a late write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentrun.ids import new_id
+from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
+from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
+from runs.services.events import append_event_locked
+from runs.services.lifecycle import TurnResult, release_claim_locked, terminalize_run_locked
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """The receipt of a cancel call: the request (None when the target was already
+    terminal and never cancelled) and whether this call changed anything."""
+
+    run: Run
+    command: Command | None
+    cancel_request: CancelRequest | None
+    changed: bool
+
+
+def cancel_run(*, run_id: str, reason: str, requested_by: str | None = None) -> CancelOutcome:
+    """Cancel a run and its open commands.
+
+    Locks: the run row, then all its commands. A terminal run is left as it is (its
+    leftover claim is released); the outcome then carries its latest cancel request.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        commands = lock_run_commands(run)
+        if run.is_terminal:
+            release_claim_locked(run)
+            return CancelOutcome(run, None, _latest_request(run), changed=False)
+        now = timezone.now()
+        cancel = _open_request(run, None, reason=reason, requested_by=requested_by)
+        run.cancel_epoch = cancel.epoch
+        run.cancel_request_id = cancel.id
+        run.cancel_requested_at = now
+        run.cancel_reason = reason
+        run.save(
+            update_fields=[
+                "cancel_epoch",
+                "cancel_request_id",
+                "cancel_requested_at",
+                "cancel_reason",
+            ]
+        )
+        _advance(run, cancel, CancelStage.PERSISTED)
+        _deliver(run, cancel, runner_live=run.claimed_by is not None)
+        for command in commands:
+            if not command.is_terminal:
+                _cancel_command_row(run, command, cancel, reason=reason)
+        terminalize_run_locked(
+            run,
+            result=TurnResult(
+                terminal_status="cancelled",
+                failure_kind="cancelled",
+                failure_message=reason,
+            ),
+        )
+        _advance(run, cancel, CancelStage.TERMINALIZED)
+    return CancelOutcome(run, None, cancel, changed=True)
+
+
+def cancel_command(
+    *, command_id: str, reason: str, requested_by: str | None = None
+) -> CancelOutcome:
+    """Cancel one command; the run goes on (seed `cancelCommand`).
+
+    Locks: the run row, then the command.
+    """
+    with transaction.atomic():
+        run = lock_run_of_command(command_id)
+        if run.is_terminal:
+            release_claim_locked(run)
+        command = lock_command(command_id, run=run)
+        if command.is_terminal:
+            latest = CancelRequest.objects.filter(command=command).order_by("-created_at").first()
+            return CancelOutcome(run, command, latest, changed=False)
+        cancel = _open_request(run, command, reason=reason, requested_by=requested_by)
+        _cancel_command_row(run, command, cancel, reason=reason, emit_event=False)
+        _advance(run, cancel, CancelStage.PERSISTED)
+        runner_live = run.claimed_by is not None or command.acknowledged_at is not None
+        _deliver(
+            run,
+            cancel,
+            runner_live=runner_live,
+            command_state="acknowledged" if command.acknowledged_at else "pending",
+        )
+        append_event_locked(
+            run=run,
+            type="backend_status",
+            payload=_terminal_payload(command, cancel, reason=reason),
+        )
+        _advance(run, cancel, CancelStage.TERMINALIZED)
+    return CancelOutcome(run, command, cancel, changed=True)
+
+
+def _latest_request(run: Run) -> CancelRequest | None:
+    return CancelRequest.objects.filter(run=run).order_by("-created_at").first()
+
+
+def _open_request(
+    run: Run, command: Command | None, *, reason: str, requested_by: str | None
+) -> CancelRequest:
+    """Create the request in stage `accepted` and record that stage."""
+    target = command or run
+    now = timezone.now()
+    cancel = CancelRequest.objects.create(
+        id=new_id("cancel"),
+        target_kind="command" if command else "run",
+        target_id=target.id,
+        run=run,
+        command=command,
+        session_id=run.session_id,
+        reason=reason,
+        requested_by=requested_by,
+        epoch=target.cancel_epoch + 1,
+        stage=CancelStage.ACCEPTED,
+        created_at=now,
+        updated_at=now,
+    )
+    _record_stage(run, cancel)
+    return cancel
+
+
+def _deliver(run: Run, cancel: CancelRequest, *, runner_live: bool, **extra: Any) -> None:
+    """`fenced` when the claiming runner's lease expired, else `delivered → aborting` when a
+    runner holds it; nothing when no runner ever claimed the run."""
+    if run.claimed_by is not None and run.lease_expired(timezone.now()):
+        _advance(
+            run,
+            cancel,
+            CancelStage.FENCED,
+            claimed_by=run.claimed_by,
+            lease_expires_at=run.lease_expires_at.isoformat() if run.lease_expires_at else None,
+            **extra,
+        )
+    elif runner_live:
+        _advance(run, cancel, CancelStage.DELIVERED, claimed_by=run.claimed_by, **extra)
+        _advance(run, cancel, CancelStage.ABORTING, claimed_by=run.claimed_by, **extra)
+
+
+def _advance(run: Run, cancel: CancelRequest, stage: str, **extra: Any) -> None:
+    cancel.stage = stage
+    cancel.updated_at = timezone.now()
+    cancel.save(update_fields=["stage", "updated_at"])
+    _record_stage(run, cancel, **extra)
+
+
+def _record_stage(run: Run, cancel: CancelRequest, **extra: Any) -> None:
+    append_event_locked(
+        run=run,
+        type="backend_status",
+        payload={
+            "phase": f"cancel-{cancel.stage}",
+            "cancel_request_id": cancel.id,
+            "cancel_epoch": cancel.epoch,
+            "target_kind": cancel.target_kind,
+            "target_id": cancel.target_id,
+            **extra,
+        },
+    )
+
+
+def _cancel_command_row(
+    run: Run, command: Command, cancel: CancelRequest, *, reason: str, emit_event: bool = True
+) -> None:
+    now = timezone.now()
+    command.state = CommandState.CANCELLED
+    command.cancel_epoch = cancel.epoch
+    command.cancel_request_id = cancel.id
+    command.cancel_requested_at = now
+    command.cancel_reason = reason
+    command.updated_at = now
+    command.save(
+        update_fields=[
+            "state",
+            "cancel_epoch",
+            "cancel_request_id",
+            "cancel_requested_at",
+            "cancel_reason",
+            "updated_at",
+        ]
+    )
+    if emit_event:
+        append_event_locked(
+            run=run,
+            type="backend_status",
+            payload=_terminal_payload(command, cancel, reason=reason),
+        )
+
+
+def _terminal_payload(command: Command, cancel: CancelRequest, *, reason: str) -> dict[str, Any]:
+    return {
+        "phase": "command-terminal",
+        "command_id": command.id,
+        "state": "cancelled",
+        "terminal_status": "cancelled",
+        "failure_kind": "cancelled",
+        "message": reason,
+        "cancel_request_id": cancel.id,
+        "cancel_epoch": cancel.epoch,
+    }

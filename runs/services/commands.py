@@ -1,0 +1,216 @@
+"""Commands: create (turn, steer, interrupt), ack, finish.
+
+A command gets the next per-run seq under the run lock. An idempotency key is unique per
+run: the same key with the same payload returns the existing command, with another
+payload it is a 409. Creating a turn or steer appends a `user_message`; the first command
+of a run appends `backend_status {phase: run-created}`; every command appends
+`backend_status {phase: command-created}`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from agentrun.errors import conflict
+from agentrun.hashing import stable_hash
+from agentrun.ids import new_id
+from runs.locks import lock_command, lock_run, lock_run_of_command
+from runs.models import Command, CommandState, Run, RunStatus
+from runs.services.events import append_event_locked, fence_runner_write
+from runs.services.fencing import late_write_payload
+from runs.services.lifecycle import TurnResult
+
+_STATE_FROM_TERMINAL = {"completed": "completed", "cancelled": "cancelled"}
+
+
+@dataclass(frozen=True)
+class CreatedCommand:
+    command: Command
+    created: bool
+
+
+def create_command(
+    *, run_id: str, type: str, payload: dict[str, Any], idempotency_key: str | None = None
+) -> CreatedCommand:
+    """Append a command to a live run (seed `createCommandWithClient`).
+
+    Locks: the run row. Errors: 404; 409 on a terminal run; 409 when the idempotency key
+    was used with another type or payload.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        replay = _replay(run, type=type, payload=payload, idempotency_key=idempotency_key)
+        if replay is not None:
+            return CreatedCommand(replay, created=False)
+        if run.is_terminal:
+            raise conflict(
+                f"run {run_id} is already terminal: {run.status}",
+                code="run_terminal",
+                failure_kind=run.failure_kind or "schema-invalid",
+                status=run.status,
+            )
+        command = _insert_command(run, type=type, payload=payload, idempotency_key=idempotency_key)
+    return CreatedCommand(command, created=True)
+
+
+def _replay(
+    run: Run, *, type: str, payload: dict[str, Any], idempotency_key: str | None
+) -> Command | None:
+    if idempotency_key is None:
+        return None
+    existing = Command.objects.filter(run=run, idempotency_key=idempotency_key).first()
+    if existing is None:
+        return None
+    if existing.type != type or existing.payload_hash != stable_hash(payload):
+        raise conflict(
+            f"idempotency key {idempotency_key!r} was used with a different command",
+            code="idempotency_mismatch",
+            command_id=existing.id,
+        )
+    return existing
+
+
+def _insert_command(
+    run: Run, *, type: str, payload: dict[str, Any], idempotency_key: str | None
+) -> Command:
+    """Insert the command and its events. Needs the run lock."""
+    seq = (Command.objects.filter(run=run).aggregate(last=Max("seq"))["last"] or 0) + 1
+    now = timezone.now()
+    command = Command.objects.create(
+        id=new_id("cmd"),
+        run=run,
+        seq=seq,
+        type=type,
+        payload=payload,
+        payload_hash=stable_hash(payload),
+        idempotency_key=idempotency_key,
+        state=CommandState.PENDING,
+        created_at=now,
+        updated_at=now,
+    )
+    if type in ("turn", "steer"):
+        append_event_locked(
+            run=run,
+            type="user_message",
+            payload={
+                "command_id": command.id,
+                "command_type": type,
+                "text": payload.get("text"),
+                "session_id": run.session_id,
+            },
+        )
+    if seq == 1:
+        append_event_locked(
+            run=run,
+            type="backend_status",
+            payload={
+                "phase": "run-created",
+                "run_id": run.id,
+                "project_id": run.project_id,
+                "backend_profile": run.backend_profile,
+                "provider_id": run.provider_id,
+                "session_id": run.session_id,
+            },
+        )
+    append_event_locked(
+        run=run,
+        type="backend_status",
+        payload={
+            "phase": "command-created",
+            "command_id": command.id,
+            "command_type": type,
+        },
+    )
+    return command
+
+
+def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command:
+    """Acknowledge receipt: `pending → acknowledged` (idempotent); a claimed run starts running.
+
+    Locks: the run row, then the command. Errors: 404; 409 `stale_lease`.
+    """
+    with transaction.atomic():
+        run = lock_run_of_command(command_id)
+        command = lock_command(command_id, run=run)
+        refusal = fence_runner_write(
+            run,
+            runner_id=runner_id,
+            lease_epoch=lease_epoch,
+            source="command-ack",
+            command_id=command_id,
+        )
+        if refusal is None and command.state == CommandState.PENDING:
+            now = timezone.now()
+            command.state = CommandState.ACKNOWLEDGED
+            command.acknowledged_at = now
+            command.updated_at = now
+            command.save(update_fields=["state", "acknowledged_at", "updated_at"])
+            if run.status == RunStatus.CLAIMED:
+                run.status = RunStatus.RUNNING
+                run.updated_at = now
+                run.save(update_fields=["status", "updated_at"])
+    if refusal:
+        raise refusal
+    return command
+
+
+def finish_command(
+    *, command_id: str, runner_id: str, lease_epoch: int, result: TurnResult
+) -> Command:
+    """Terminalise a command with the runner's result (seed `finishCommand`).
+
+    Locks: the run row, then the command. A terminal command is left as it is; if it was
+    cancelled and the report is not a cancel, a `late-write-rejected` event records it.
+    Errors: 404; 409 `stale_lease`.
+    """
+    with transaction.atomic():
+        run = lock_run_of_command(command_id)
+        command = lock_command(command_id, run=run)
+        refusal = fence_runner_write(
+            run,
+            runner_id=runner_id,
+            lease_epoch=lease_epoch,
+            source="command-status",
+            command_id=command_id,
+            refused=result.as_payload(),
+        )
+        if refusal is None and command.is_terminal:
+            if command.state == CommandState.CANCELLED and result.terminal_status != "cancelled":
+                append_event_locked(
+                    run=run,
+                    type="backend_status",
+                    payload=late_write_payload(
+                        run,
+                        source="command-status",
+                        runner_id=runner_id,
+                        reason="the command was cancelled",
+                        command_id=command_id,
+                        refused=result.as_payload(),
+                    ),
+                )
+        elif refusal is None:
+            _terminalize_command_locked(run, command, result=result)
+    if refusal:
+        raise refusal
+    return command
+
+
+def _terminalize_command_locked(run: Run, command: Command, *, result: TurnResult) -> None:
+    command.state = _STATE_FROM_TERMINAL.get(result.terminal_status, CommandState.FAILED)
+    command.updated_at = timezone.now()
+    command.save(update_fields=["state", "updated_at"])
+    append_event_locked(
+        run=run,
+        type="backend_status",
+        payload={
+            "phase": "command-terminal",
+            "command_id": command.id,
+            "state": command.state,
+            **result.as_payload(),
+        },
+    )

@@ -1,0 +1,140 @@
+"""Appending events: the per-run log every other service writes through.
+
+The seq of an event is `max(seq) + 1` read under the run's row lock, so seqs are gap-free
+and unique per run however many writers race (seed `appendEventWithLockedRun`). Payloads
+are redacted before they are stored. Each transaction that appends notifies
+`agentrun_run_change` with the run id; PostgreSQL delivers the notification at commit, so
+a long-poll never sees an event that then rolls back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from agentrun.errors import AgentRunError, stale_lease
+from agentrun.ids import new_id
+from agentrun.redaction import redact_json
+from runs.locks import lock_run
+from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
+from runs.services.fencing import late_write_payload, stale_claim_reason
+
+RUN_CHANGE_CHANNEL = "agentrun_run_change"
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    type: str
+    payload: dict[str, Any]
+
+
+def append_event_locked(*, run: Run, type: str, payload: dict[str, Any]) -> Event:
+    """Append one server-written event. Needs the caller's transaction and run lock."""
+    return append_events_locked(run=run, events=[NewEvent(type, payload)])[0]
+
+
+def append_events_locked(
+    *, run: Run, events: list[NewEvent], runner_id: str | None = None
+) -> list[Event]:
+    """Append events in order with consecutive seqs. Needs the caller's run lock.
+
+    `runner_id` is set when a runner wrote the events. A runner's output after the run
+    was cancelled is kept but marked: it is stored as `backend_status {phase:
+    late-write-rejected}` instead of as output (seed `fenceLateEventForCancelledRun`).
+    """
+    last_seq = Event.objects.filter(run=run).aggregate(last=Max("seq"))["last"] or 0
+    now = timezone.now()
+    rows = []
+    for offset, new in enumerate(events, start=1):
+        event_type, payload = new.type, new.payload
+        if runner_id is not None and run.status == RunStatus.CANCELLED:
+            event_type = "backend_status"
+            payload = late_write_payload(
+                run,
+                source="event",
+                runner_id=runner_id,
+                reason="the run was cancelled",
+                rejected_type=new.type,
+                rejected_payload=new.payload,
+            )
+        rows.append(
+            Event(
+                id=new_id("evt"),
+                run=run,
+                seq=last_seq + offset,
+                type=event_type,
+                payload=redact_json(payload),
+                created_at=now,
+            )
+        )
+    Event.objects.bulk_create(rows)
+    notify_run_change(run.id)
+    return rows
+
+
+def notify_run_change(run_id: str) -> None:
+    """Queue `NOTIFY agentrun_run_change, <run id>`; PostgreSQL sends it at commit."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [RUN_CHANGE_CHANNEL, run_id])
+
+
+def fence_runner_write(
+    run: Run, *, runner_id: str, lease_epoch: int, source: str, **refused: Any
+) -> AgentRunError | None:
+    """Check a runner write against the live claim of a locked run.
+
+    Returns None when the write may proceed. Otherwise records the refusal as a
+    `late-write-rejected` event and returns the 409 `stale_lease` error, which the service
+    raises *after* its transaction commits so that the record is kept.
+    """
+    reason = stale_claim_reason(run, runner_id=runner_id, lease_epoch=lease_epoch)
+    if reason is None:
+        return None
+    payload = late_write_payload(
+        run,
+        source=source,
+        runner_id=runner_id,
+        reason=reason,
+        refused_lease_epoch=lease_epoch,
+        claimed_by=run.claimed_by,
+        **refused,
+    )
+    append_event_locked(run=run, type="backend_status", payload=payload)
+    return stale_lease(
+        f"run {run.id}: {reason}",
+        run_id=run.id,
+        runner_id=runner_id,
+        lease_epoch=lease_epoch,
+        current_lease_epoch=run.lease_epoch,
+    )
+
+
+def append_runner_events(
+    *, run_id: str, runner_id: str, lease_epoch: int, events: list[NewEvent]
+) -> list[Event]:
+    """Append a runner's batch atomically: all of it or nothing.
+
+    Locks: the run row. Errors: 404 unknown run; 409 `stale_lease` when the runner does not
+    hold the current claim (the refused batch is recorded as `late-write-rejected`). The API
+    rejects unknown and server-only event types with a 400 before this is called.
+    """
+    assert all(event.type in RUNNER_EVENT_TYPES for event in events)
+    with transaction.atomic():
+        run = lock_run(run_id)
+        refusal = fence_runner_write(
+            run,
+            runner_id=runner_id,
+            lease_epoch=lease_epoch,
+            source="events",
+            rejected_types=[event.type for event in events],
+        )
+        appended = (
+            [] if refusal else append_events_locked(run=run, events=events, runner_id=runner_id)
+        )
+    if refusal:
+        raise refusal
+    return appended

@@ -1,0 +1,292 @@
+"""The run lifecycle and the runner lease protocol: create, claim, heartbeat, finish.
+
+Status moves `pending → claimed → running → terminal` and never out of terminal. A claim
+sets `claimed_by`, the lease expiry and a new `lease_epoch`, mirrored in `agentrun_leases`
+for the reaper's index. Runner writes are checked against the live claim by
+`events.fence_runner_write`; a refused write is recorded, committed, then raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentrun.errors import conflict, invalid, lease_conflict
+from agentrun.hashing import stable_hash
+from agentrun.ids import new_id
+from agentrun.locks import LockKey, advisory_xact_lock
+from runs.locks import lock_run, lock_run_commands
+from runs.models import Backend, Lease, Run, Runner, RunStatus
+from runs.services.events import append_event_locked, fence_runner_write
+from runs.services.fencing import late_write_payload
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a client asks for when it creates a run (tenant comes from its key)."""
+
+    project_id: str
+    workspace_ref: dict[str, Any]
+    provider_id: str
+    backend_profile: str
+    execution_policy: dict[str, Any] = field(default_factory=dict)
+    session_ref: dict[str, Any] | None = None
+    resource_bundle_ref: dict[str, Any] | None = None
+    trace_sink: dict[str, Any] | None = None
+
+    def fingerprint(self, tenant_id: str) -> str:
+        session_id = (self.session_ref or {}).get("session_id")
+        return stable_hash(
+            [
+                tenant_id,
+                self.project_id,
+                self.workspace_ref,
+                self.provider_id,
+                self.backend_profile,
+                self.execution_policy,
+                session_id,
+                self.resource_bundle_ref,
+                self.trace_sink,
+            ]
+        )
+
+
+def run_fingerprint(run: Run) -> str:
+    spec = RunSpec(
+        project_id=run.project_id,
+        workspace_ref=run.workspace_ref,
+        provider_id=run.provider_id,
+        backend_profile=run.backend_profile,
+        execution_policy=run.execution_policy,
+        session_ref=run.session_ref,
+        resource_bundle_ref=run.resource_bundle_ref,
+        trace_sink=run.trace_sink,
+    )
+    return spec.fingerprint(run.tenant_id)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A runner's terminal report for a command or a run."""
+
+    terminal_status: str
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    thread_id: str | None = None
+    turn_id: str | None = None
+
+    def as_payload(self) -> dict[str, Any]:
+        return {
+            "terminal_status": self.terminal_status,
+            "failure_kind": self.failure_kind,
+            "message": self.failure_message,
+            "thread_id": self.thread_id,
+            "turn_id": self.turn_id,
+        }
+
+
+@dataclass(frozen=True)
+class CreatedRun:
+    run: Run
+    created: bool
+
+
+def create_run(*, tenant_id: str, spec: RunSpec, run_id: str | None = None) -> CreatedRun:
+    """Create a run, or replay the caller-reserved `run_id` (seed `createRunWithClient`).
+
+    Locks: with a reserved id, a transaction advisory lock on it, so concurrent replays of
+    one id serialise. Errors: 400 unknown backend profile; 409 when the reserved id exists
+    with a different input (another tenant's id is also a 409 and reveals nothing more).
+    """
+    with transaction.atomic():
+        if run_id is not None:
+            advisory_xact_lock(LockKey.CREATE_RUN, run_id)
+            existing = Run.objects.filter(pk=run_id).first()
+            if existing is not None:
+                if run_fingerprint(existing) != spec.fingerprint(tenant_id):
+                    raise conflict(f"run {run_id} already exists with a different input")
+                return CreatedRun(existing, created=False)
+        if not Backend.objects.filter(profile=spec.backend_profile).exists():
+            raise invalid(
+                f"backend_profile: unknown backend profile {spec.backend_profile!r}",
+                field="backend_profile",
+            )
+        now = timezone.now()
+        run = Run.objects.create(
+            id=run_id or new_id("run"),
+            tenant_id=tenant_id,
+            project_id=spec.project_id,
+            workspace_ref=spec.workspace_ref,
+            session_ref=spec.session_ref,
+            resource_bundle_ref=spec.resource_bundle_ref,
+            provider_id=spec.provider_id,
+            backend_profile=spec.backend_profile,
+            execution_policy=spec.execution_policy,
+            trace_sink=spec.trace_sink,
+            status=RunStatus.PENDING,
+            created_at=now,
+            updated_at=now,
+        )
+    return CreatedRun(run, created=True)
+
+
+def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
+    """Claim a run for a runner with a lease; every claim starts a new lease epoch.
+
+    Locks: the run row. Errors: 404; 409 when the run is terminal; 409
+    `runner-lease-conflict` while another runner holds an unexpired lease.
+    Side effects: upserts `agentrun_leases`, appends `backend_status {phase: run-claimed}`.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.is_terminal:
+            raise conflict(
+                f"run {run_id} is already terminal: {run.status}",
+                code="run_terminal",
+                failure_kind=run.failure_kind or "schema-invalid",
+                status=run.status,
+            )
+        now = timezone.now()
+        previous = run.claimed_by
+        if previous and previous != runner_id and not run.lease_expired(now):
+            raise lease_conflict(f"run {run_id} is already claimed", run_id=run_id)
+        run.status = RunStatus.CLAIMED
+        run.claimed_by = runner_id
+        run.lease_expires_at = now + timedelta(milliseconds=lease_ms)
+        run.lease_epoch += 1
+        run.updated_at = now
+        run.save(
+            update_fields=["status", "claimed_by", "lease_expires_at", "lease_epoch", "updated_at"]
+        )
+        Lease.objects.update_or_create(
+            run=run,
+            defaults={
+                "runner_id": runner_id,
+                "lease_expires_at": run.lease_expires_at,
+                "lease_epoch": run.lease_epoch,
+                "updated_at": now,
+            },
+        )
+        append_event_locked(
+            run=run,
+            type="backend_status",
+            payload={
+                "phase": "run-claimed",
+                "runner_id": runner_id,
+                "lease_epoch": run.lease_epoch,
+                "previous_runner_id": previous if previous != runner_id else None,
+            },
+        )
+    return run
+
+
+def heartbeat_run(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: int) -> Run:
+    """Extend the live claim's lease. A terminal run is returned unchanged: that is how a
+    runner learns it was cancelled.
+
+    Locks: the run row. Errors: 404; 409 `stale_lease` when the claim is not current.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        refusal = fence_runner_write(
+            run, runner_id=runner_id, lease_epoch=lease_epoch, source="heartbeat"
+        )
+        if refusal is None and not run.is_terminal:
+            now = timezone.now()
+            run.lease_expires_at = now + timedelta(milliseconds=lease_ms)
+            run.updated_at = now
+            run.save(update_fields=["lease_expires_at", "updated_at"])
+            Lease.objects.filter(run=run).update(
+                lease_expires_at=run.lease_expires_at, updated_at=now
+            )
+            Runner.objects.filter(pk=runner_id).update(heartbeat_at=now)
+    if refusal:
+        raise refusal
+    return run
+
+
+def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnResult) -> Run:
+    """Terminalise a run with the runner's result (seed `finishRun`).
+
+    Locks: the run row, then its commands. Finishing a terminal run changes nothing but
+    releases a leftover claim; if the run was cancelled and the report is not a cancel, a
+    `late-write-rejected` event records what was refused. Errors: 404; 409 `stale_lease`.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        lock_run_commands(run)
+        refusal = fence_runner_write(
+            run,
+            runner_id=runner_id,
+            lease_epoch=lease_epoch,
+            source="run-status",
+            refused=result.as_payload(),
+        )
+        if refusal is None and run.is_terminal:
+            release_claim_locked(run)
+            if run.status == RunStatus.CANCELLED and result.terminal_status != "cancelled":
+                append_event_locked(
+                    run=run,
+                    type="backend_status",
+                    payload=late_write_payload(
+                        run,
+                        source="run-status",
+                        runner_id=runner_id,
+                        reason="the run was cancelled",
+                        refused=result.as_payload(),
+                    ),
+                )
+        elif refusal is None:
+            terminalize_run_locked(run, result=result)
+    if refusal:
+        raise refusal
+    return run
+
+
+def terminalize_run_locked(run: Run, *, result: TurnResult) -> None:
+    """Move a locked, live run to its terminal status, release its claim, record it."""
+    now = timezone.now()
+    run.status = result.terminal_status
+    run.terminal_status = result.terminal_status
+    run.failure_kind = result.failure_kind
+    run.failure_message = result.failure_message
+    run.updated_at = now
+    run.claimed_by = None
+    run.lease_expires_at = None
+    run.save(
+        update_fields=[
+            "status",
+            "terminal_status",
+            "failure_kind",
+            "failure_message",
+            "claimed_by",
+            "lease_expires_at",
+            "updated_at",
+        ]
+    )
+    Lease.objects.filter(run=run).delete()
+    append_event_locked(
+        run=run,
+        type="terminal_status",
+        payload={
+            "terminal_status": result.terminal_status,
+            "failure_kind": result.failure_kind,
+            "message": result.failure_message,
+            "thread_id": result.thread_id,
+            "turn_id": result.turn_id,
+        },
+    )
+
+
+def release_claim_locked(run: Run) -> None:
+    """Drop a terminal run's leftover claim and lease row. Needs the run lock."""
+    if run.claimed_by is not None or run.lease_expires_at is not None:
+        run.claimed_by = None
+        run.lease_expires_at = None
+        run.updated_at = timezone.now()
+        run.save(update_fields=["claimed_by", "lease_expires_at", "updated_at"])
+    Lease.objects.filter(run=run).delete()

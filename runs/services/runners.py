@@ -1,0 +1,138 @@
+"""Runners and runner jobs: register (upsert), save a launched job, patch its result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentrun.errors import conflict, not_found
+from agentrun.hashing import stable_hash
+from agentrun.ids import new_id
+from agentrun.redaction import redact_json
+from runs.locks import lock_run, lock_runner_job
+from runs.models import Command, Runner, RunnerJob
+
+
+def register_runner(
+    *,
+    runner_id: str | None,
+    run_id: str | None = None,
+    attempt_id: str | None = None,
+    backend_profile: str | None = None,
+    placement: str | None = None,
+    source_commit: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Runner:
+    """Register or refresh a runner (seed `registerRunner`): an upsert by id.
+
+    Metadata is redacted. `registered_at` is kept from the first registration.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        runner, _ = Runner.objects.update_or_create(
+            id=runner_id or new_id("runner"),
+            defaults={
+                "run_id": run_id,
+                "attempt_id": attempt_id,
+                "backend_profile": backend_profile,
+                "placement": placement,
+                "source_commit": source_commit,
+                "metadata": redact_json(metadata or {}),
+                "heartbeat_at": now,
+            },
+            create_defaults={
+                "run_id": run_id,
+                "attempt_id": attempt_id,
+                "backend_profile": backend_profile,
+                "placement": placement,
+                "source_commit": source_commit,
+                "metadata": redact_json(metadata or {}),
+                "heartbeat_at": now,
+                "registered_at": now,
+            },
+        )
+    return runner
+
+
+@dataclass(frozen=True)
+class RunnerJobSpec:
+    command_id: str
+    attempt_id: str
+    runner_id: str
+    namespace: str
+    job_name: str
+    manager_url: str
+    image: str
+    source_commit: str
+    service_account_name: str | None = None
+    result: dict[str, Any] | None = None
+
+    def payload_hash(self) -> str:
+        fields = {k: v for k, v in self.__dict__.items() if k != "result"}
+        return stable_hash(fields)
+
+
+@dataclass(frozen=True)
+class SavedRunnerJob:
+    job: RunnerJob
+    created: bool
+
+
+def save_runner_job(
+    *, run_id: str, spec: RunnerJobSpec, idempotency_key: str | None = None
+) -> SavedRunnerJob:
+    """Record a launched runner job, idempotent per (run, idempotency key) (seed
+    `saveRunnerJob`).
+
+    Locks: the run row. Errors: 404 unknown run or a command of another run; 409 when the
+    key was used with a different job.
+    """
+    payload_hash = spec.payload_hash()
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if idempotency_key is not None:
+            existing = RunnerJob.objects.filter(run=run, idempotency_key=idempotency_key).first()
+            if existing is not None:
+                if existing.payload_hash != payload_hash:
+                    raise conflict(
+                        f"runner job idempotency key {idempotency_key!r} was used with a "
+                        "different job",
+                        code="idempotency_mismatch",
+                        runner_job_id=existing.id,
+                    )
+                return SavedRunnerJob(existing, created=False)
+        if not Command.objects.filter(pk=spec.command_id, run=run).exists():
+            raise not_found("command", spec.command_id)
+        now = timezone.now()
+        job = RunnerJob.objects.create(
+            id=new_id("rjob"),
+            run=run,
+            command_id=spec.command_id,
+            idempotency_key=idempotency_key,
+            payload_hash=payload_hash,
+            attempt_id=spec.attempt_id,
+            runner_id=spec.runner_id,
+            namespace=spec.namespace,
+            job_name=spec.job_name,
+            manager_url=spec.manager_url,
+            image=spec.image,
+            source_commit=spec.source_commit,
+            service_account_name=spec.service_account_name,
+            result=redact_json(spec.result or {}),
+            created_at=now,
+            updated_at=now,
+        )
+    return SavedRunnerJob(job, created=True)
+
+
+def patch_runner_job_result(*, runner_job_id: str, patch: dict[str, Any]) -> RunnerJob:
+    """Merge `patch` into a job's result (seed `updateRunnerJobResult`). Locks: the job row."""
+    with transaction.atomic():
+        job = lock_runner_job(runner_job_id)
+        job.result = {**job.result, **redact_json(patch)}
+        job.updated_at = timezone.now()
+        job.save(update_fields=["result", "updated_at"])
+    return job

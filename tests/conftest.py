@@ -1,0 +1,32 @@
+"""Test set-up: a real PostgreSQL (DATABASE_URL, or the embedded one), real threads."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests import builders
+
+
+@pytest.fixture(autouse=True)
+def backend_profiles(request: pytest.FixtureRequest) -> None:
+    """Every test that touches the database sees the seeded backend profiles (transactional
+    tests flush every table, seed rows included, after each test)."""
+    marker = request.node.get_closest_marker("django_db")
+    wants_tx = "transactional_db" in request.fixturenames or bool(
+        marker and marker.kwargs.get("transaction")
+    )
+    if marker is None and not wants_tx and "db" not in request.fixturenames:
+        return
+    request.getfixturevalue("transactional_db" if wants_tx else "db")
+    builders.ensure_backend_profiles()
+
+
+@pytest.fixture
+def client_api(db: None) -> APIClient:
+    return builders.key_client(role="client", tenant_id="tenant-a")
+
+
+@pytest.fixture
+def operator_api(db: None) -> APIClient:
+    return builders.key_client(role="operator", tenant_id="ops")

@@ -99,7 +99,7 @@ def _facet_row(scope: QuerySet[Run]) -> QuerySet[Run, dict[str, Any]]:
     """One row of facet values over the key's whole scope (not the filtered page): the
     choices a run list UI offers."""
     status_counts = {status: Count("id", filter=Q(status=status)) for status in RunStatus.values}
-    facet_row = (
+    return (
         scope.order_by()
         .annotate(grouping=Value(1))
         .values("grouping")
@@ -119,7 +119,6 @@ def _facet_row(scope: QuerySet[Run]) -> QuerySet[Run, dict[str, Any]]:
         )
         .values("facets")
     )
-    return facet_row
 
 
 def list_runs(

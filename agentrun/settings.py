@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from agentrun.celery_schedule import BEAT_SCHEDULE
 from agentrun.embedded_db import embedded_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -126,6 +127,7 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 
 # Runs and leases.
 AGENTRUN_DEFAULT_LEASE_MS = env_int("AGENTRUN_DEFAULT_LEASE_MS", 60_000)

@@ -45,7 +45,7 @@ def get_run_for(*, api_key: ApiKey, run_id: str) -> Run:
 
 def get_command_for(*, api_key: ApiKey, command_id: str) -> Command:
     command = (
-        Command.objects.select_related("run")
+        Command.objects.select_related("run", "dispatch_intent")
         .filter(pk=command_id, run__in=runs_for(api_key=api_key))
         .first()
     )
@@ -178,7 +178,8 @@ def events_for_command(*, run: Run, command_id: str, limit: int) -> list[Event]:
 
 
 def commands_page(*, run: Run, after_seq: int, limit: int) -> list[Command]:
-    return list(Command.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+    commands = Command.objects.filter(run=run, seq__gt=after_seq).select_related("dispatch_intent")
+    return list(commands.order_by("seq")[:limit])
 
 
 def cancel_requests_for(*, run: Run) -> list[CancelRequest]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentrun.pagination import SeqCursorQuery
@@ -86,6 +87,14 @@ class CommandCreateIn(StrictSerializer):
     type = serializers.ChoiceField(choices=CommandType.choices)
     payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX, required=False, default=dict)
     idempotency_key = IdField(required=False, allow_null=True)
+    dispatch = BoundedJSONObjectField(
+        max_bytes=REF_MAX,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Launch a runner for this command: {} for the default launcher, or "
+        "{launcher, image, namespace, …}. Omit or null for none.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         text = attrs.get("payload", {}).get("text")
@@ -282,8 +291,22 @@ class RunPageOut(serializers.Serializer[Any]):
     facets = RunFacetsOut()
 
 
+class DispatchIntentRefOut(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    state = serializers.CharField()
+    attempt_count = serializers.IntegerField()
+    runner_job_id = serializers.CharField()
+    next_attempt_at = serializers.DateTimeField()
+
+
 class CommandOut(serializers.ModelSerializer[Command]):
     run_id = serializers.CharField(read_only=True)
+    dispatch_intent = serializers.SerializerMethodField()
+
+    @extend_schema_field(DispatchIntentRefOut(allow_null=True))
+    def get_dispatch_intent(self, command: Command) -> dict[str, Any] | None:
+        intent = getattr(command, "dispatch_intent", None)
+        return None if intent is None else DispatchIntentRefOut(intent).data
 
     class Meta:
         model = Command
@@ -303,6 +326,7 @@ class CommandOut(serializers.ModelSerializer[Command]):
             "cancel_request_id",
             "cancel_requested_at",
             "cancel_reason",
+            "dispatch_intent",
         ]
 
 

@@ -19,6 +19,7 @@ from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOper
 from agentrun.errors import invalid
 from agentrun.models import ApiKey, ApiKeyRole
 from agentrun.pagination import PageQuery, SeqCursorQuery
+from agentrun.validation import validate_path_id
 from runs import selectors
 from runs.api import serializers as s
 from runs.api.filters import RunFilter
@@ -65,8 +66,18 @@ def _created(instance: Any, serializer_class: type[Any], created: bool) -> Respo
     return Response(serializer_class(instance).data, status=code)
 
 
-class RunViewSet(viewsets.ViewSet):
+class _ObjectViewSet(viewsets.ViewSet):
+    """A resource addressed by id: the id in the path is validated like any other input."""
+
     lookup_value_regex = "[^/]+"
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # authenticate and check permissions first
+        if "pk" in kwargs:
+            validate_path_id(kwargs["pk"])
+
+
+class RunViewSet(_ObjectViewSet):
     # Who may write where an action also reads: POST /runs, /events, /commands, /runner-jobs.
     write_permissions: dict[str, Any] = {
         "create": IsClientOrOperator,
@@ -245,9 +256,7 @@ class RunViewSet(viewsets.ViewSet):
         return _created(result.job, s.RunnerJobOut, result.created)
 
 
-class CommandViewSet(viewsets.ViewSet):
-    lookup_value_regex = "[^/]+"
-
+class CommandViewSet(_ObjectViewSet):
     @extend_schema(responses=s.CommandOut)
     def retrieve(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
@@ -296,8 +305,7 @@ class CommandViewSet(viewsets.ViewSet):
         return Response({"items": s.EventOut(items, many=True).data})
 
 
-class RunnerJobViewSet(viewsets.ViewSet):
-    lookup_value_regex = "[^/]+"
+class RunnerJobViewSet(_ObjectViewSet):
     permission_classes = [IsRunnerOrOperator]
 
     @extend_schema(request=s.RunnerJobPatchIn, responses=s.RunnerJobOut)

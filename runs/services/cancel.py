@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentrun.ids import new_id
+from dispatch.services import intents
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
 from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
 from runs.services.events import append_event_locked
@@ -45,6 +46,7 @@ def cancel_run(*, run_id: str, reason: str, requested_by: str | None = None) -> 
         commands = lock_run_commands(run)
         if run.is_terminal:
             release_claim_locked(run)
+            intents.fence_open_intents_locked(run=run, reason=reason)
             return CancelOutcome(run, None, _latest_request(run), changed=False)
         now = timezone.now()
         cancel = _open_request(run, None, reason=reason, requested_by=requested_by)
@@ -90,6 +92,7 @@ def cancel_command(
             release_claim_locked(run)
         command = lock_command(command_id, run=run)
         if command.is_terminal:
+            intents.fence_open_intents_locked(run=run, command=command, reason=reason)
             latest = CancelRequest.objects.filter(command=command).order_by("-created_at").first()
             return CancelOutcome(run, command, latest, changed=False)
         cancel = _open_request(run, command, reason=reason, requested_by=requested_by)
@@ -198,6 +201,7 @@ def _cancel_command_row(
             "updated_at",
         ]
     )
+    intents.fence_open_intents_locked(run=run, command=command, reason=reason)
     if emit_event:
         append_event_locked(
             run=run,

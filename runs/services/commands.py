@@ -19,6 +19,7 @@ from django.utils import timezone
 from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
+from dispatch.services import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
 from runs.services.events import append_event_locked, fence_runner_write
@@ -35,26 +36,52 @@ class CreatedCommand:
 
 
 def create_command(
-    *, run_id: str, type: str, payload: dict[str, Any], idempotency_key: str | None = None
+    *,
+    run_id: str,
+    type: str,
+    payload: dict[str, Any],
+    idempotency_key: str | None = None,
+    dispatch: dict[str, Any] | None = None,
 ) -> CreatedCommand:
     """Append a command to a live run (seed `createCommandWithClient`).
 
-    Locks: the run row. Errors: 404; 409 on a terminal run; 409 when the idempotency key
-    was used with another type or payload.
+    `dispatch` (a JSON object, `{}` for the default launcher) records a runner dispatch
+    intent in the same transaction. Locks: the run row. Errors: 404; 409 on a terminal
+    run; 409 when the idempotency key was used with another type, payload or dispatch.
     """
     with transaction.atomic():
         run = lock_run(run_id)
-        replay = _replay(run, type=type, payload=payload, idempotency_key=idempotency_key)
-        if replay is not None:
-            return CreatedCommand(replay, created=False)
-        if run.is_terminal:
-            raise conflict(
-                f"run {run_id} is already terminal: {run.status}",
-                code="run_terminal",
-                failure_kind=run.failure_kind or "schema-invalid",
-                status=run.status,
-            )
-        command = _insert_command(run, type=type, payload=payload, idempotency_key=idempotency_key)
+        return create_command_locked(
+            run, type=type, payload=payload, idempotency_key=idempotency_key, dispatch=dispatch
+        )
+
+
+def create_command_locked(
+    run: Run,
+    *,
+    type: str,
+    payload: dict[str, Any],
+    idempotency_key: str | None,
+    dispatch: dict[str, Any] | None,
+) -> CreatedCommand:
+    """`create_command` inside a caller's transaction that holds the run lock (sessions
+    admit turns and steers through this)."""
+    replay = _replay(run, type=type, payload=payload, idempotency_key=idempotency_key)
+    if replay is not None:
+        intents.check_intent_replay(
+            command=replay, intent=intents.intent_of(replay), request=dispatch
+        )
+        return CreatedCommand(replay, created=False)
+    if run.is_terminal:
+        raise conflict(
+            f"run {run.id} is already terminal: {run.status}",
+            code="run_terminal",
+            failure_kind=run.failure_kind or "schema-invalid",
+            status=run.status,
+        )
+    command = _insert_command(run, type=type, payload=payload, idempotency_key=idempotency_key)
+    if dispatch is not None:
+        intents.record_intent_locked(run=run, command=command, request=dispatch)
     return CreatedCommand(command, created=True)
 
 
@@ -180,6 +207,9 @@ def finish_command(
             refused=result.as_payload(),
         )
         if refusal is None and command.is_terminal:
+            intents.fence_open_intents_locked(
+                run=run, command=command, reason="command is terminal"
+            )
             if command.state == CommandState.CANCELLED and result.terminal_status != "cancelled":
                 append_event_locked(
                     run=run,
@@ -204,6 +234,9 @@ def _terminalize_command_locked(run: Run, command: Command, *, result: TurnResul
     command.state = _STATE_FROM_TERMINAL.get(result.terminal_status, CommandState.FAILED)
     command.updated_at = timezone.now()
     command.save(update_fields=["state", "updated_at"])
+    intents.fence_open_intents_locked(
+        run=run, command=command, reason=f"command terminalized as {command.state}"
+    )
     append_event_locked(
         run=run,
         type="backend_status",

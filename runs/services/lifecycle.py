@@ -19,6 +19,7 @@ from agentrun.errors import conflict, invalid, lease_conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
+from dispatch.services import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Lease, Run, Runner, RunStatus
 from runs.services.events import append_event_locked, fence_runner_write
@@ -228,6 +229,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
         )
         if refusal is None and run.is_terminal:
             release_claim_locked(run)
+            intents.fence_open_intents_locked(run=run, reason="run is terminal")
             if run.status == RunStatus.CANCELLED and result.terminal_status != "cancelled":
                 append_event_locked(
                     run=run,
@@ -269,6 +271,7 @@ def terminalize_run_locked(run: Run, *, result: TurnResult) -> None:
         ]
     )
     Lease.objects.filter(run=run).delete()
+    intents.fence_open_intents_locked(run=run, reason=f"run terminalized as {run.status}")
     append_event_locked(
         run=run,
         type="terminal_status",

@@ -1,0 +1,71 @@
+"""Runner dispatch intents (seed `agentrun_runner_dispatch_intents`, migrations 012, 013).
+
+An intent is written in the same transaction as the command that asks to be dispatched,
+so a committed command that wants a runner always has one. Workers claim due intents
+with SKIP LOCKED and a lease; (id, lease_owner, attempt_count) is the fencing token of a
+claim. Open states are `pending`, `retry` and `dispatching`; `dispatched`, `failed` and
+`cancelled` are final.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+from runs.models import Command, Run
+
+
+class IntentState(models.TextChoices):
+    PENDING = "pending"
+    DISPATCHING = "dispatching"
+    RETRY = "retry"
+    DISPATCHED = "dispatched"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+OPEN_INTENT_STATES = ("pending", "retry", "dispatching")
+
+
+class RunnerDispatchIntent(models.Model):
+    id = models.TextField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="dispatch_intents")
+    command = models.OneToOneField(
+        Command, on_delete=models.CASCADE, related_name="dispatch_intent"
+    )
+    kind = models.TextField(default="runner-job")
+    input = models.JSONField(default=dict)
+    input_hash = models.TextField()
+    state = models.TextField(choices=IntentState.choices, default=IntentState.PENDING)
+    attempt_count = models.IntegerField(default=0)
+    runner_job_id = models.TextField(help_text="The runner job id planned for this intent.")
+    lease_owner = models.TextField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.JSONField(null=True, blank=True)
+    dispatch_outcome = models.TextField(null=True, blank=True)
+    actual_runner_job_id = models.TextField(null=True, blank=True)
+    active_runner_id = models.TextField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_runner_dispatch_intents"
+        indexes = [
+            # The claim's hot path: only open intents, by due time. Terminal rows (most of
+            # the table over time) are not in it.
+            models.Index(
+                fields=["next_attempt_at", "created_at"],
+                condition=models.Q(state__in=OPEN_INTENT_STATES),
+                name="agentrun_rdi_due_open_idx",
+            ),
+            models.Index(fields=["run", "state"], name="agentrun_rdi_run_state_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in OPEN_INTENT_STATES

@@ -28,6 +28,8 @@ class LockKey(enum.StrEnum):
     SESSION_TURN_ADMISSION = "agentrun-session-turn-admission"
     RUNNER_CREATE = "agentrun-runner-create"
     OUTBOX_KEY = "agentrun-kafka-outbox-key"
+    # Shared by writers allocating a session version, exclusive for a change-feed read.
+    SESSION_VERSION = "agentrun-session-version"
 
 
 def advisory_xact_lock(key: LockKey, value: str) -> None:
@@ -37,6 +39,16 @@ def advisory_xact_lock(key: LockKey, value: str) -> None:
         # Raw SQL: the ORM has no advisory locks. hashtext() keeps the seed's key shape.
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [str(key), value]
+        )
+
+
+def advisory_xact_lock_shared(key: LockKey, value: str) -> None:
+    """The shared mode of `advisory_xact_lock`: many holders at once, none while an
+    exclusive holder has it. Released at commit or rollback."""
+    assert connection.in_atomic_block, "advisory_xact_lock_shared needs an open transaction"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock_shared(hashtext(%s), hashtext(%s))", [str(key), value]
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import django_filters
-from django.db.models import Q, QuerySet, Value
+from django.db.models import Q, QuerySet, TextField, Value
 from django.db.models.functions import Concat, Lower
 
 from runs.models import Run, RunStatus
@@ -47,6 +47,8 @@ class RunFilter(django_filters.FilterSet):
                 "failure_kind",
                 Value("\n"),
                 "failure_message",
+                # id and the other columns are text, Value("\n") is a CharField: say which.
+                output_field=TextField(),
             )
         )
         return queryset.alias(haystack=haystack).filter(Q(haystack__contains=value.lower()))

@@ -22,6 +22,7 @@ from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_co
 from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
 from runs.services.events import append_event_locked
 from runs.services.lifecycle import TurnResult, release_claim_locked, terminalize_run_locked
+from sessions.services import projection
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,10 @@ def cancel_command(
             payload=_terminal_payload(command, cancel, reason=reason),
         )
         _advance(run, cancel, CancelStage.TERMINALIZED)
+        if command.type == "turn":
+            projection.project_turn_terminal_locked(
+                run, command_id=command.id, terminal_status="cancelled", failure_kind="cancelled"
+            )
     return CancelOutcome(run, command, cancel, changed=True)
 
 

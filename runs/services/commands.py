@@ -24,7 +24,8 @@ from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
 from runs.services.events import append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
-from runs.services.lifecycle import TurnResult
+from runs.services.lifecycle import TurnResult, record_thread_locked
+from sessions.services import projection
 
 _STATE_FROM_TERMINAL = {"completed": "completed", "cancelled": "cancelled"}
 
@@ -120,6 +121,10 @@ def _insert_command(
         created_at=now,
         updated_at=now,
     )
+    if type == "turn":
+        projection.project_turn_started_locked(run, command_id=command.id, text=payload.get("text"))
+    elif type == "steer":
+        projection.project_steer_locked(run, command_id=command.id)
     if type in ("turn", "steer"):
         append_event_locked(
             run=run,
@@ -224,6 +229,7 @@ def finish_command(
                     ),
                 )
         elif refusal is None:
+            record_thread_locked(run, result=result)
             _terminalize_command_locked(run, command, result=result)
     if refusal:
         raise refusal
@@ -237,6 +243,13 @@ def _terminalize_command_locked(run: Run, command: Command, *, result: TurnResul
     intents.fence_open_intents_locked(
         run=run, command=command, reason=f"command terminalized as {command.state}"
     )
+    if command.type == "turn":
+        projection.project_turn_terminal_locked(
+            run,
+            command_id=command.id,
+            terminal_status=result.terminal_status,
+            failure_kind=result.failure_kind,
+        )
     append_event_locked(
         run=run,
         type="backend_status",

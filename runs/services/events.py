@@ -22,6 +22,7 @@ from agentrun.redaction import redact_json
 from runs.locks import lock_run
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
 from runs.services.fencing import late_write_payload, stale_claim_reason
+from sessions.services.projection import record_event_activity_locked
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
 
@@ -72,6 +73,7 @@ def append_events_locked(
             )
         )
     Event.objects.bulk_create(rows)
+    record_event_activity_locked(run, last_seq=rows[-1].seq)
     notify_run_change(run.id)
     return rows
 

@@ -24,6 +24,7 @@ from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Lease, Run, Runner, RunStatus
 from runs.services.events import append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
+from sessions.services import projection
 
 
 @dataclass(frozen=True)
@@ -99,39 +100,54 @@ class CreatedRun:
 def create_run(*, tenant_id: str, spec: RunSpec, run_id: str | None = None) -> CreatedRun:
     """Create a run, or replay the caller-reserved `run_id` (seed `createRunWithClient`).
 
-    Locks: with a reserved id, a transaction advisory lock on it, so concurrent replays of
-    one id serialise. Errors: 400 unknown backend profile; 409 when the reserved id exists
-    with a different input (another tenant's id is also a 409 and reveals nothing more).
+    A `session_ref` creates its session or checks the run fits it (tenant, project,
+    backend). Locks: with a reserved id, a transaction advisory lock on it, so concurrent
+    replays of one id serialise; the session row. Errors: 400 unknown backend profile; 409
+    when the reserved id exists with a different input; 409 `session_boundary`.
     """
     with transaction.atomic():
-        if run_id is not None:
-            advisory_xact_lock(LockKey.CREATE_RUN, run_id)
-            existing = Run.objects.filter(pk=run_id).first()
-            if existing is not None:
-                if run_fingerprint(existing) != spec.fingerprint(tenant_id):
-                    raise conflict(f"run {run_id} already exists with a different input")
-                return CreatedRun(existing, created=False)
-        if not Backend.objects.filter(profile=spec.backend_profile).exists():
-            raise invalid(
-                f"backend_profile: unknown backend profile {spec.backend_profile!r}",
-                field="backend_profile",
-            )
-        now = timezone.now()
-        run = Run.objects.create(
-            id=run_id or new_id("run"),
+        return create_run_locked(tenant_id=tenant_id, spec=spec, run_id=run_id)
+
+
+def create_run_locked(*, tenant_id: str, spec: RunSpec, run_id: str | None) -> CreatedRun:
+    """`create_run` inside the caller's transaction (session turn admission uses it)."""
+    if run_id is not None:
+        advisory_xact_lock(LockKey.CREATE_RUN, run_id)
+        existing = Run.objects.filter(pk=run_id).first()
+        if existing is not None:
+            if run_fingerprint(existing) != spec.fingerprint(tenant_id):
+                raise conflict(f"run {run_id} already exists with a different input")
+            return CreatedRun(existing, created=False)
+    if not Backend.objects.filter(profile=spec.backend_profile).exists():
+        raise invalid(
+            f"backend_profile: unknown backend profile {spec.backend_profile!r}",
+            field="backend_profile",
+        )
+    session_ref = spec.session_ref
+    if session_ref is not None:
+        session_ref = projection.ensure_session_for_run_locked(
             tenant_id=tenant_id,
             project_id=spec.project_id,
-            workspace_ref=spec.workspace_ref,
-            session_ref=spec.session_ref,
-            resource_bundle_ref=spec.resource_bundle_ref,
-            provider_id=spec.provider_id,
             backend_profile=spec.backend_profile,
-            execution_policy=spec.execution_policy,
-            trace_sink=spec.trace_sink,
-            status=RunStatus.PENDING,
-            created_at=now,
-            updated_at=now,
+            session_ref=session_ref,
         )
+    now = timezone.now()
+    run = Run.objects.create(
+        id=run_id or new_id("run"),
+        tenant_id=tenant_id,
+        project_id=spec.project_id,
+        workspace_ref=spec.workspace_ref,
+        session_ref=session_ref,
+        resource_bundle_ref=spec.resource_bundle_ref,
+        provider_id=spec.provider_id,
+        backend_profile=spec.backend_profile,
+        execution_policy=spec.execution_policy,
+        trace_sink=spec.trace_sink,
+        status=RunStatus.PENDING,
+        created_at=now,
+        updated_at=now,
+    )
+    projection.touch_session_for_run_locked(run, bump=False, last_run_id=run.id)
     return CreatedRun(run, created=True)
 
 
@@ -171,6 +187,13 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
                 "lease_epoch": run.lease_epoch,
                 "updated_at": now,
             },
+        )
+        projection.touch_session_for_run_locked(
+            run,
+            bump=False,
+            execution_state="running",
+            active_run_id=run.id,
+            last_run_id=run.id,
         )
         append_event_locked(
             run=run,
@@ -243,6 +266,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
                     ),
                 )
         elif refusal is None:
+            record_thread_locked(run, result=result)
             terminalize_run_locked(run, result=result)
     if refusal:
         raise refusal
@@ -272,6 +296,7 @@ def terminalize_run_locked(run: Run, *, result: TurnResult) -> None:
     )
     Lease.objects.filter(run=run).delete()
     intents.fence_open_intents_locked(run=run, reason=f"run terminalized as {run.status}")
+    projection.project_run_terminal_locked(run)
     append_event_locked(
         run=run,
         type="terminal_status",
@@ -293,3 +318,25 @@ def release_claim_locked(run: Run) -> None:
         run.updated_at = timezone.now()
         run.save(update_fields=["claimed_by", "lease_expires_at", "updated_at"])
     Lease.objects.filter(run=run).delete()
+
+
+def record_thread_locked(run: Run, *, result: TurnResult) -> None:
+    """Keep the backend thread a runner reported on the run's session, so the next run
+    resumes it; records `backend_status {phase: session-updated}`. Needs the run lock."""
+    if not result.thread_id or run.session_id is None:
+        return
+    run.session_ref = projection.record_thread_locked(
+        run, thread_id=result.thread_id, turn_id=result.turn_id
+    )
+    run.updated_at = timezone.now()
+    run.save(update_fields=["session_ref", "updated_at"])
+    append_event_locked(
+        run=run,
+        type="backend_status",
+        payload={
+            "phase": "session-updated",
+            "session_id": run.session_id,
+            "thread_id": result.thread_id,
+            "turn_id": result.turn_id,
+        },
+    )

@@ -1,0 +1,100 @@
+"""Sessions: conversations with an agent that span several runs, one turn at a time.
+
+`agentrun_sessions` keeps the seed's columns (migrations 003, 006, 007). The session row
+is a projection of its runs, written by the runs and sessions services in the same
+transactions as the runs. `version` comes from one global sequence and is bumped on every
+visible change, so `version > cursor` is a change feed (see `sessions.versions`).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class ExecutionState(models.TextChoices):
+    IDLE = "idle"
+    RUNNING = "running"
+    TERMINAL = "terminal"
+
+
+class StorageKind(models.TextChoices):
+    NONE = "none"
+    LOCAL = "local"
+    PVC = "pvc"
+    EVICTED = "evicted"
+
+
+class Session(models.Model):
+    session_id = models.TextField(primary_key=True)
+    tenant_id = models.TextField()
+    project_id = models.TextField()
+    backend_profile = models.TextField()
+    conversation_id = models.TextField(null=True, blank=True)
+    thread_id = models.TextField(null=True, blank=True)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    version = models.BigIntegerField(default=1)
+    execution_state = models.TextField(choices=ExecutionState.choices, default=ExecutionState.IDLE)
+    last_run_id = models.TextField(null=True, blank=True)
+    last_command_id = models.TextField(null=True, blank=True)
+    active_run_id = models.TextField(null=True, blank=True)
+    active_command_id = models.TextField(null=True, blank=True)
+    last_event_seq = models.IntegerField(default=0)
+    terminal_status = models.TextField(null=True, blank=True)
+    failure_kind = models.TextField(null=True, blank=True)
+    title = models.TextField(null=True, blank=True)
+    summary = models.JSONField(default=dict)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    storage_kind = models.TextField(choices=StorageKind.choices, default=StorageKind.NONE)
+    storage_pvc_name = models.TextField(null=True, blank=True)
+    storage_namespace = models.TextField(null=True, blank=True)
+    # Beyond the seed: the directory of `local` storage, which gc_sessions deletes.
+    storage_path = models.TextField(null=True, blank=True)
+    storage_size_bytes = models.BigIntegerField(null=True, blank=True)
+    storage_files_count = models.IntegerField(null=True, blank=True)
+    storage_sha256 = models.TextField(null=True, blank=True)
+    storage_updated_at = models.DateTimeField(null=True, blank=True)
+    codex_rollout_subdir = models.TextField(default="sessions")
+    storage_pvc_phase = models.TextField(null=True, blank=True)
+    storage_evicted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agentrun_sessions"
+        indexes = [
+            models.Index(
+                fields=["execution_state", "backend_profile", "-updated_at"],
+                name="agentrun_sessions_control_idx",
+            ),
+            models.Index(fields=["version"], name="agentrun_sessions_version_idx"),
+            models.Index(
+                fields=["tenant_id", "project_id", "backend_profile", "updated_at"],
+                name="agentrun_sessions_tenant_idx",
+            ),
+            models.Index(fields=["storage_kind", "expires_at"], name="agentrun_sess_storage_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.session_id
+
+    @property
+    def has_active_turn(self) -> bool:
+        return self.active_run_id is not None or self.active_command_id is not None
+
+
+class SessionReadCursor(models.Model):
+    """How far a reader has read a session: the session version at their last mark."""
+
+    pk = models.CompositePrimaryKey("session_id", "reader_id")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="read_cursors")
+    reader_id = models.TextField()
+    session_version = models.BigIntegerField()
+    read_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_session_read_cursors"
+
+    def __str__(self) -> str:
+        return f"{self.session_id}/{self.reader_id}@{self.session_version}"

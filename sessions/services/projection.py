@@ -1,0 +1,198 @@
+"""The session projection: how run writes show up on their session row.
+
+Called inside the runs services' transactions, after their run (and command) locks, so
+the lock order is always run → commands → session. A visible change takes a new global
+version (`sessions.versions`); event appends only advance `last_event_seq` and activity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from agentrun.errors import conflict
+from runs.models import Run
+from sessions.locks import lock_session
+from sessions.models import ExecutionState, Session
+from sessions.versions import next_session_version
+
+TITLE_MAX = 120
+
+
+def title_from_text(text: Any) -> str | None:
+    if not isinstance(text, str) or not text.strip():
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1] + "…"
+
+
+def check_boundary(session: Session, *, tenant_id: str, project_id: str, backend: str) -> None:
+    """A session belongs to one tenant, project and backend: a run from another is a 409."""
+    mismatched = [
+        name
+        for name, mine, theirs in (
+            ("tenant_id", session.tenant_id, tenant_id),
+            ("project_id", session.project_id, project_id),
+            ("backend_profile", session.backend_profile, backend),
+        )
+        if mine != theirs
+    ]
+    if mismatched:
+        raise conflict(
+            f"session {session.session_id} belongs to another {', '.join(mismatched)}",
+            code="session_boundary",
+            session_id=session.session_id,
+            fields=mismatched,
+        )
+
+
+def ensure_session_for_run_locked(
+    *, tenant_id: str, project_id: str, backend_profile: str, session_ref: dict[str, Any]
+) -> dict[str, Any]:
+    """Create the run's session, or check the run fits it; return the run's session_ref
+    completed from the session (seed `resolveSessionForRun`). Locks the session row."""
+    session_id = session_ref["session_id"]
+    session = lock_session(session_id)
+    if session is not None:
+        check_boundary(session, tenant_id=tenant_id, project_id=project_id, backend=backend_profile)
+    else:
+        now = timezone.now()
+        metadata = session_ref.get("metadata") or {}
+        session = Session.objects.create(
+            session_id=session_id,
+            tenant_id=tenant_id,
+            project_id=project_id,
+            backend_profile=backend_profile,
+            conversation_id=session_ref.get("conversation_id"),
+            thread_id=session_ref.get("thread_id"),
+            metadata=metadata,
+            expires_at=session_ref.get("expires_at"),
+            version=next_session_version(),
+            title=title_from_text(metadata.get("title")),
+            last_activity_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+    return {
+        **session_ref,
+        "conversation_id": session_ref.get("conversation_id") or session.conversation_id,
+        "thread_id": session.thread_id or session_ref.get("thread_id"),
+    }
+
+
+def touch_session_for_run_locked(run: Run, *, bump: bool, **changes: Any) -> Session | None:
+    """Apply `changes` to the run's session (seed `touchSessionForRun`). Needs the run lock;
+    takes the session row lock; with `bump`, a new version."""
+    if run.session_id is None:
+        return None
+    session = lock_session(run.session_id)
+    if session is None:
+        return None
+    now = timezone.now()
+    if changes.get("title") is not None and session.title:
+        changes.pop("title")  # the title comes from the first turn and stays
+    for name, value in changes.items():
+        setattr(session, name, value)
+    session.last_activity_at = changes.get("last_activity_at") or now
+    session.updated_at = now
+    fields = [*changes, "last_activity_at", "updated_at"]
+    if bump:
+        session.version = next_session_version()
+        fields.append("version")
+    session.save(update_fields=sorted(set(fields)))
+    return session
+
+
+def project_turn_started_locked(run: Run, *, command_id: str, text: Any) -> None:
+    touch_session_for_run_locked(
+        run,
+        bump=True,
+        execution_state=ExecutionState.RUNNING,
+        last_run_id=run.id,
+        last_command_id=command_id,
+        active_run_id=run.id,
+        active_command_id=command_id,
+        terminal_status=None,
+        failure_kind=None,
+        title=title_from_text(text),
+    )
+
+
+def project_steer_locked(run: Run, *, command_id: str) -> None:
+    touch_session_for_run_locked(
+        run,
+        bump=True,
+        execution_state=ExecutionState.RUNNING,
+        last_run_id=run.id,
+        last_command_id=command_id,
+        active_run_id=run.id,
+    )
+
+
+def project_turn_terminal_locked(
+    run: Run, *, command_id: str | None, terminal_status: str, failure_kind: str | None
+) -> None:
+    """The session's turn is over: terminal, no active run or command."""
+    changes: dict[str, Any] = {
+        "execution_state": ExecutionState.TERMINAL,
+        "active_run_id": None,
+        "active_command_id": None,
+        "last_run_id": run.id,
+        "terminal_status": terminal_status,
+        "failure_kind": failure_kind,
+    }
+    if command_id is not None:
+        changes["last_command_id"] = command_id
+    touch_session_for_run_locked(run, bump=True, **changes)
+
+
+def project_run_terminal_locked(run: Run) -> None:
+    """A finished run moves its session to terminal only while it is still the session's
+    current run (seed `finishRun`'s stillCurrent): a late finish of an old run must not
+    clobber a newer turn."""
+    if run.session_id is None:
+        return
+    current = (
+        Session.objects.filter(pk=run.session_id).values("active_run_id", "last_run_id").first()
+    )
+    if current is None:
+        return
+    if current["active_run_id"] not in (None, run.id) or current["last_run_id"] not in (
+        None,
+        run.id,
+    ):
+        return
+    project_turn_terminal_locked(
+        run, command_id=None, terminal_status=run.status, failure_kind=run.failure_kind
+    )
+
+
+def record_event_activity_locked(run: Run, *, last_seq: int) -> None:
+    """Advance the session's last event seq and activity; not a versioned change."""
+    if run.session_id is None:
+        return
+    now = timezone.now()
+    Session.objects.filter(pk=run.session_id).update(
+        last_event_seq=last_seq, last_activity_at=now, updated_at=now
+    )
+
+
+def record_thread_locked(run: Run, *, thread_id: str, turn_id: str | None) -> dict[str, Any]:
+    """Remember the backend thread a run reported, so the session's next run resumes it
+    (seed `upsertSessionThread`). Returns the run's new session_ref; the caller saves it on
+    the run and records the `session-updated` event."""
+    session = lock_session(run.session_id) if run.session_id else None
+    if session is None:
+        return dict(run.session_ref or {})
+    metadata = {**session.metadata, **((run.session_ref or {}).get("metadata") or {})}
+    if turn_id:
+        metadata["last_turn_id"] = turn_id
+    session.thread_id = thread_id
+    session.metadata = metadata
+    session.version = next_session_version()
+    session.updated_at = session.last_activity_at = timezone.now()
+    session.save(
+        update_fields=["thread_id", "metadata", "version", "updated_at", "last_activity_at"]
+    )
+    return {**(run.session_ref or {}), "thread_id": thread_id}

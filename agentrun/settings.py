@@ -140,3 +140,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# Sessions: `local` session storage lives under this root; gc_sessions deletes only there.
+AGENTRUN_SESSION_STORAGE_ROOT = Path(
+    os.environ.get("AGENTRUN_SESSION_STORAGE_ROOT", AGENTRUN_DATA_DIR / "sessions")
+)

@@ -10,6 +10,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentrun.errors import invalid
 from agentrun.hashing import canonical_json
 from agentrun.ids import MAX_ID_LENGTH
 
@@ -41,8 +42,35 @@ class IdField(serializers.CharField):
         super().__init__(**kwargs)
 
 
+def validate_path_id(value: str, *, field: str = "id") -> str:
+    """An id taken from the URL path obeys the `IdField` rules (at most 200 characters, no
+    NUL or lone surrogate), or is a 400 naming it: it must never reach the database as a
+    500."""
+    try:
+        return str(IdField().run_validation(value))
+    except serializers.ValidationError as error:
+        detail = error.detail[0] if isinstance(error.detail, list) else error.detail
+        raise invalid(f"{field}: {detail}", field=field) from error
+
+
+def _contains_nul(value: Any) -> bool:
+    """Whether a key or string anywhere in `value` holds `\\u0000`, which jsonb refuses."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and "\x00" in item:
+            return True
+    return False
+
+
 class BoundedJSONObjectField(serializers.JSONField):
-    """A JSON object (not a list or scalar) whose canonical encoding fits `max_bytes`."""
+    """A JSON object (not a list or scalar) whose canonical encoding fits `max_bytes` and
+    that PostgreSQL can store as jsonb."""
 
     def __init__(self, *, max_bytes: int, allow_null: bool = False, **kwargs: Any) -> None:
         self.max_bytes = max_bytes
@@ -54,7 +82,12 @@ class BoundedJSONObjectField(serializers.JSONField):
             return value
         if not isinstance(value, dict):
             raise serializers.ValidationError("expected a JSON object")
-        size = len(canonical_json(value).encode("utf-8"))
+        if _contains_nul(value):
+            raise serializers.ValidationError("contains \\u0000, which cannot be stored")
+        try:
+            size = len(canonical_json(value).encode("utf-8"))
+        except UnicodeEncodeError as error:  # a lone surrogate such as "\\ud800"
+            raise serializers.ValidationError("contains text that is not valid Unicode") from error
         if size > self.max_bytes:
             raise serializers.ValidationError(
                 f"is {size} bytes; the limit is {self.max_bytes} bytes"

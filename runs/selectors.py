@@ -143,7 +143,7 @@ def list_runs(
         total, facets = rows[0].total, rows[0].facets
     else:  # a page past the end: the window saw no rows, ask for the two facts directly.
         total = filtered.count()
-        facet_row = _facet_row(scope).first()
+        facet_row = _facet_row(scope).order_by("grouping").first()
         facets = facet_row["facets"] if facet_row else None
     return RunPage(rows, total, facets or _empty_facets(), page, page_size)
 

@@ -175,7 +175,7 @@ def test_runner_key_gets_404_for_any_other_run_and_its_commands() -> None:
 
 
 def test_runner_key_gets_404_for_a_runner_job_of_another_run() -> None:
-    own, _, runner = claimed_run_with_command()
+    _, _, runner = claimed_run_with_command()
     other = make_run()
     job = make_runner_job(other, make_command(other))
     patched = runner.patch(f"{API}/runner-jobs/{job.id}", {"result": {"x": 1}}, format="json")

@@ -24,18 +24,23 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--addr", default=os.environ.get("AGENTRUN_BIND", "127.0.0.1:8000"),
+            "--addr",
+            default=os.environ.get("AGENTRUN_BIND", "127.0.0.1:8000"),
             help="address:port to serve the API on",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
-        self.stdout.write(f"database: {settings.DATABASES['default']['NAME']} "
-                          f"({'DATABASE_URL' if os.environ.get('DATABASE_URL') else 'embedded'})")
+        self.stdout.write(
+            f"database: {settings.DATABASES['default']['NAME']} "
+            f"({'DATABASE_URL' if os.environ.get('DATABASE_URL') else 'embedded'})"
+        )
         if not ApiKey.objects.filter(tenant_id=LOCAL_TENANT, role="client").exists():
             issued = issue_api_key(tenant_id=LOCAL_TENANT, role="client", name="local")
-            self.stdout.write(f"client key for tenant {LOCAL_TENANT!r} (shown once): "
-                              f"{issued.secret}")
-        self.stdout.write(f"API: http://{options['addr']}/api/v1/  schema: /api/schema  "
-                          "admin: /admin/")
+            self.stdout.write(
+                f"client key for tenant {LOCAL_TENANT!r} (shown once): {issued.secret}"
+            )
+        self.stdout.write(
+            f"API: http://{options['addr']}/api/v1/  schema: /api/schema  admin: /admin/"
+        )
         call_command("runserver", options["addr"], use_reloader=False, skip_checks=True)

@@ -1,0 +1,253 @@
+"""Turn admission and steering: one turn at a time per session, decided atomically.
+
+Every admission to a session runs under a transaction advisory lock on its id (seed
+`admitSessionTurn`), then locks the active turn's run and command, then the session row
+(the run → commands → session lock order of every other writer). Under those locks it
+decides, from the current state and never from a client's stale view:
+
+1. an idempotency key already used in the session replays that turn (200 `replayed`),
+   writing a missing dispatch intent when an earlier attempt wrote the command without
+   it (200 `recovered`);
+2. with a live active turn: the same request replays it; a turn whose runner lease
+   expired is terminalised `infra-failed` and the new turn admitted; otherwise `when_busy`
+   decides: `reject` (409 `session_busy`), `steer` (200 `steered`), `interrupt` (the
+   active run is cancelled, 201 `interrupted_and_created`);
+3. otherwise a new run and `turn` command (+ dispatch intent): 201 `created`.
+
+An `expected_turn_id` that is not the active turn's command id is a 409 `stale_turn`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentrun.errors import AgentRunError, conflict, invalid
+from agentrun.hashing import stable_hash
+from agentrun.locks import LockKey, advisory_xact_lock
+from dispatch.services import intents
+from runs.locks import lock_command, lock_run
+from runs.models import CancelRequest, Command, Run
+from runs.services.cancel import cancel_run_locked
+from runs.services.commands import create_command_locked
+from runs.services.events import append_event_locked
+from runs.services.lifecycle import RunSpec, create_run_locked, run_fingerprint
+from sessions.locks import lock_session
+from sessions.models import Session
+from sessions.services.projection import check_boundary
+from sessions.services.stale import terminalize_stale_turn_locked, turn_is_stale
+
+WHEN_BUSY = ("reject", "steer", "interrupt", "enqueue")
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    session_id: str
+    tenant_id: str
+    spec: RunSpec
+    payload: dict[str, Any]
+    run_id: str | None = None
+    idempotency_key: str | None = None
+    dispatch: dict[str, Any] | None = None
+    when_busy: str = "reject"
+    expected_turn_id: str | None = None
+    requested_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    disposition: str
+    run: Run
+    command: Command
+    cancel_request: CancelRequest | None = None
+
+    @property
+    def created(self) -> bool:
+        return self.disposition in ("created", "interrupted_and_created")
+
+
+@dataclass(frozen=True)
+class ActiveTurn:
+    run: Run
+    command: Command
+    session: Session
+
+
+def admit_turn(*, request: TurnRequest) -> Admission:
+    """Admit a turn to a session. Locks: the session's admission lock, the active turn's
+    run and command, the session row. Errors: 409 `session_busy`, `stale_turn`,
+    `session_boundary`, `idempotency_mismatch`; 400 for `when_busy=enqueue` (the work
+    queue takes queued turns)."""
+    if request.when_busy == "enqueue":
+        raise invalid(
+            "when_busy: enqueue needs the work queue, which is not enabled here", field="when_busy"
+        )
+    with transaction.atomic():
+        advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, request.session_id)
+        observed = Session.objects.filter(pk=request.session_id).first()
+        if observed is not None:
+            check_boundary(
+                observed,
+                tenant_id=request.tenant_id,
+                project_id=request.spec.project_id,
+                backend=request.spec.backend_profile,
+            )
+        replay = _replay_by_key(request)
+        if replay is not None:
+            return replay
+        active = lock_active_turn(observed)
+        _check_expected_turn(request.expected_turn_id, active)
+        if active is not None:
+            decided = _decide_busy(request, active)
+            if decided is not None:
+                return decided
+        return _create_turn(request)
+
+
+def lock_active_turn(observed: Session | None) -> ActiveTurn | None:
+    """Lock the observed session's live active turn (run, command, then session row)."""
+    if observed is None or not observed.has_active_turn:
+        return None
+    if not observed.active_run_id or not observed.active_command_id:
+        raise conflict(
+            f"session {observed.session_id} has a half-written active turn",
+            code="session_projection_invalid",
+        )
+    run = lock_run(observed.active_run_id)
+    command = lock_command(observed.active_command_id, run=run)
+    session = lock_session(observed.session_id)
+    assert session is not None
+    if (session.active_run_id, session.active_command_id) != (run.id, command.id):
+        raise conflict(
+            f"session {session.session_id} changed meanwhile; retry", code="session_changed"
+        )
+    if run.is_terminal or command.is_terminal:
+        return None
+    return ActiveTurn(run, command, session)
+
+
+def _check_expected_turn(expected: str | None, active: ActiveTurn | None) -> None:
+    actual = active.command.id if active else None
+    if expected is not None and expected != actual:
+        raise conflict(
+            f"expected_turn_id {expected} is not the active turn ({actual or 'none'})",
+            code="stale_turn",
+            active_turn_id=actual,
+        )
+
+
+def _replay_by_key(request: TurnRequest) -> Admission | None:
+    if request.idempotency_key is None:
+        return None
+    found = (
+        Command.objects.filter(
+            run__session_ref__session_id=request.session_id, idempotency_key=request.idempotency_key
+        )
+        .order_by("-created_at")
+        .values_list("id", "run_id")
+        .first()
+    )
+    if found is None:
+        return None
+    run = lock_run(found[1])
+    return replay_or_recover(run, lock_command(found[0], run=run), request)
+
+
+def replay_or_recover(run: Run, command: Command, request: TurnRequest) -> Admission:
+    """The same turn again: return it, writing its dispatch intent if an earlier attempt
+    committed the command without it (seed `replayOrRecoverSessionTurnWithClient`)."""
+    _check_same_turn(run, command, request)
+    intent = intents.intent_of(command)
+    if intent is not None or request.dispatch is None:
+        intents.check_intent_replay(command=command, intent=intent, request=request.dispatch)
+        return Admission("replayed", run, command)
+    if run.status != "pending" or run.claimed_by or command.state != "pending":
+        raise busy(request.session_id, run, command)
+    recovered = intents.record_intent_locked(run=run, command=command, request=request.dispatch)
+    append_event_locked(
+        run=run,
+        type="backend_status",
+        payload={
+            "phase": "runner-dispatch-recovered",
+            "reason": "session-runner-admission-partial-write-recovered",
+            "command_id": command.id,
+            "dispatch_intent_id": recovered.id,
+            "planned_runner_job_id": recovered.runner_job_id,
+        },
+    )
+    return Admission("recovered", run, command)
+
+
+def _check_same_turn(run: Run, command: Command, request: TurnRequest) -> None:
+    same = (
+        run_fingerprint(run) == request.spec.fingerprint(request.tenant_id)
+        and (request.run_id is None or request.run_id == run.id)
+        and command.type == "turn"
+        and command.payload_hash == stable_hash(request.payload)
+        and command.idempotency_key == request.idempotency_key
+    )
+    if not same:
+        raise conflict(
+            f"idempotency key {request.idempotency_key!r} was used for a different turn"
+            if request.idempotency_key
+            else "not the same turn",
+            code="idempotency_mismatch",
+            command_id=command.id,
+        )
+
+
+def _decide_busy(request: TurnRequest, active: ActiveTurn) -> Admission | None:
+    """Replay, replace a stale turn, or apply `when_busy`. None means: admit a new turn."""
+    try:
+        return replay_or_recover(active.run, active.command, request)
+    except AgentRunError as mismatch:
+        if mismatch.code != "idempotency_mismatch":
+            raise
+    if turn_is_stale(active.run, now=timezone.now()):
+        terminalize_stale_turn_locked(active.run, active.command)
+        return None
+    if request.when_busy == "steer":
+        steer = create_command_locked(
+            active.run,
+            type="steer",
+            payload=request.payload,
+            idempotency_key=request.idempotency_key,
+            dispatch=None,
+        )
+        return Admission("steered", active.run, steer.command)
+    if request.when_busy == "interrupt":
+        outcome = cancel_run_locked(
+            active.run, reason="interrupted by a new turn", requested_by=request.requested_by
+        )
+        created = _create_turn(request)
+        return Admission(
+            "interrupted_and_created", created.run, created.command, outcome.cancel_request
+        )
+    raise busy(request.session_id, active.run, active.command)
+
+
+def _create_turn(request: TurnRequest) -> Admission:
+    run = create_run_locked(
+        tenant_id=request.tenant_id, spec=request.spec, run_id=request.run_id
+    ).run
+    command = create_command_locked(
+        lock_run(run.id),
+        type="turn",
+        payload=request.payload,
+        idempotency_key=request.idempotency_key,
+        dispatch=request.dispatch,
+    ).command
+    return Admission("created", run, command)
+
+
+def busy(session_id: str, run: Run, command: Command) -> AgentRunError:
+    return conflict(
+        f"session {session_id} is busy with turn {command.id}",
+        code="session_busy",
+        active_run_id=run.id,
+        active_turn_id=command.id,
+        run_status=run.status,
+    )

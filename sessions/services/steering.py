@@ -1,0 +1,70 @@
+"""Steering and session cancel: acting on a session's active turn, under its admission lock.
+
+A steer lands on the active turn's run as its next command (seed `admitSessionSteer`),
+while the run and its turn command are still receivable (neither terminal); a runner picks
+steers up after the turn it is executing. Session cancel cancels the active turn's run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from agentrun.errors import conflict, not_found
+from agentrun.locks import LockKey, advisory_xact_lock
+from runs.services.cancel import CancelOutcome, cancel_run_locked
+from runs.services.commands import CreatedCommand, create_command_locked
+from sessions.models import Session
+from sessions.services.admission import ActiveTurn, lock_active_turn
+
+
+def _active_turn(session_id: str, tenant_id: str | None) -> ActiveTurn | None:
+    observed = Session.objects.filter(pk=session_id).first()
+    if observed is None or (tenant_id is not None and observed.tenant_id != tenant_id):
+        raise not_found("session", session_id)
+    return lock_active_turn(observed)
+
+
+def admit_steer(
+    *,
+    session_id: str,
+    tenant_id: str | None,
+    payload: dict[str, Any],
+    idempotency_key: str | None = None,
+    expected_turn_id: str | None = None,
+) -> CreatedCommand:
+    """Append a steer to the active turn. Locks: the session's admission lock, the active
+    run, its command, the session row. Errors: 404; 409 `no_active_turn`; 409 `stale_turn`."""
+    with transaction.atomic():
+        advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
+        active = _active_turn(session_id, tenant_id)
+        if active is None:
+            raise conflict(
+                f"session {session_id} has no active turn to steer", code="no_active_turn"
+            )
+        if expected_turn_id is not None and expected_turn_id != active.command.id:
+            raise conflict(
+                f"expected_turn_id {expected_turn_id} is not the active turn ({active.command.id})",
+                code="stale_turn",
+                active_turn_id=active.command.id,
+            )
+        return create_command_locked(
+            active.run,
+            type="steer",
+            payload=payload,
+            idempotency_key=idempotency_key,
+            dispatch=None,
+        )
+
+
+def cancel_session(
+    *, session_id: str, tenant_id: str | None, reason: str, requested_by: str | None
+) -> CancelOutcome | None:
+    """Cancel the session's active turn; None when it has none (nothing changes)."""
+    with transaction.atomic():
+        advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
+        active = _active_turn(session_id, tenant_id)
+        if active is None:
+            return None
+        return cancel_run_locked(active.run, reason=reason, requested_by=requested_by)

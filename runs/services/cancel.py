@@ -39,44 +39,43 @@ class CancelOutcome:
 def cancel_run(*, run_id: str, reason: str, requested_by: str | None = None) -> CancelOutcome:
     """Cancel a run and its open commands.
 
-    Locks: the run row, then all its commands. A terminal run is left as it is (its
-    leftover claim is released); the outcome then carries its latest cancel request.
+    Locks: the run row, then all its commands, then its session. A terminal run is left
+    as it is (its leftover claim is released); the outcome then carries its latest cancel
+    request.
     """
     with transaction.atomic():
-        run = lock_run(run_id)
-        commands = lock_run_commands(run)
-        if run.is_terminal:
-            release_claim_locked(run)
-            intents.fence_open_intents_locked(run=run, reason=reason)
-            return CancelOutcome(run, None, _latest_request(run), changed=False)
-        now = timezone.now()
-        cancel = _open_request(run, None, reason=reason, requested_by=requested_by)
-        run.cancel_epoch = cancel.epoch
-        run.cancel_request_id = cancel.id
-        run.cancel_requested_at = now
-        run.cancel_reason = reason
-        run.save(
-            update_fields=[
-                "cancel_epoch",
-                "cancel_request_id",
-                "cancel_requested_at",
-                "cancel_reason",
-            ]
-        )
-        _advance(run, cancel, CancelStage.PERSISTED)
-        _deliver(run, cancel, runner_live=run.claimed_by is not None)
-        for command in commands:
-            if not command.is_terminal:
-                _cancel_command_row(run, command, cancel, reason=reason)
-        terminalize_run_locked(
-            run,
-            result=TurnResult(
-                terminal_status="cancelled",
-                failure_kind="cancelled",
-                failure_message=reason,
-            ),
-        )
-        _advance(run, cancel, CancelStage.TERMINALIZED)
+        return cancel_run_locked(lock_run(run_id), reason=reason, requested_by=requested_by)
+
+
+def cancel_run_locked(run: Run, *, reason: str, requested_by: str | None) -> CancelOutcome:
+    """`cancel_run` inside the caller's transaction, which holds the run lock (session
+    cancel and `when_busy=interrupt` use it)."""
+    commands = lock_run_commands(run)
+    if run.is_terminal:
+        release_claim_locked(run)
+        intents.fence_open_intents_locked(run=run, reason=reason)
+        return CancelOutcome(run, None, _latest_request(run), changed=False)
+    now = timezone.now()
+    cancel = _open_request(run, None, reason=reason, requested_by=requested_by)
+    run.cancel_epoch = cancel.epoch
+    run.cancel_request_id = cancel.id
+    run.cancel_requested_at = now
+    run.cancel_reason = reason
+    run.save(
+        update_fields=["cancel_epoch", "cancel_request_id", "cancel_requested_at", "cancel_reason"]
+    )
+    _advance(run, cancel, CancelStage.PERSISTED)
+    _deliver(run, cancel, runner_live=run.claimed_by is not None)
+    for command in commands:
+        if not command.is_terminal:
+            _cancel_command_row(run, command, cancel, reason=reason)
+    terminalize_run_locked(
+        run,
+        result=TurnResult(
+            terminal_status="cancelled", failure_kind="cancelled", failure_message=reason
+        ),
+    )
+    _advance(run, cancel, CancelStage.TERMINALIZED)
     return CancelOutcome(run, None, cancel, changed=True)
 
 

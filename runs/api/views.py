@@ -15,26 +15,15 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentrun import api
 from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOperator, request_key
 from agentrun.errors import invalid
-from agentrun.models import ApiKey, ApiKeyRole
 from agentrun.pagination import PageQuery, SeqCursorQuery
-from agentrun.validation import validate_path_id
 from runs import selectors
 from runs.api import serializers as s
 from runs.api.filters import RunFilter
 from runs.services import cancel, commands, events, lifecycle, runners
 from runs.waiting import wait_for_event
-
-
-def _query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
-    return _query_dict(serializer_class, request.query_params.dict())
-
-
-def _query_dict(serializer_class: type[Any], params: dict[str, Any]) -> dict[str, Any]:
-    serializer = serializer_class(data=params)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
 
 
 def _filter_params(request: Request) -> Any:
@@ -46,38 +35,7 @@ def _filter_params(request: Request) -> Any:
     return request.query_params
 
 
-def _client_tenant(api_key: ApiKey, tenant_id: str | None) -> str:
-    """The tenant a run is created in: a client's own; an operator must name one."""
-    if api_key.role == ApiKeyRole.OPERATOR and not tenant_id:
-        raise invalid("tenant_id: an operator key must name the tenant", field="tenant_id")
-    if tenant_id and tenant_id != api_key.tenant_id:
-        raise invalid("tenant_id: a client key creates runs in its own tenant", field="tenant_id")
-    return api_key.tenant_id
-
-
-def _body(serializer_class: type[Any], request: Request) -> Any:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer
-
-
-def _created(instance: Any, serializer_class: type[Any], created: bool) -> Response:
-    code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-    return Response(serializer_class(instance).data, status=code)
-
-
-class _ObjectViewSet(viewsets.ViewSet):
-    """A resource addressed by id: the id in the path is validated like any other input."""
-
-    lookup_value_regex = "[^/]+"
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)  # authenticate and check permissions first
-        if "pk" in kwargs:
-            validate_path_id(kwargs["pk"])
-
-
-class RunViewSet(_ObjectViewSet):
+class RunViewSet(api.ObjectViewSet):
     # Who may write where an action also reads: POST /runs, /events, /commands, /runner-jobs.
     write_permissions: dict[str, Any] = {
         "create": IsClientOrOperator,
@@ -99,7 +57,7 @@ class RunViewSet(_ObjectViewSet):
             for key in ("page", "page_size")
             if key in request.query_params
         }
-        page = _query_dict(PageQuery, paging)
+        page = api.query_dict(PageQuery, paging)
         filterset = RunFilter(_filter_params(request), queryset=scope)
         if not filterset.is_valid():
             field, errors = next(iter(filterset.errors.items()))
@@ -114,15 +72,13 @@ class RunViewSet(_ObjectViewSet):
 
     @extend_schema(request=s.RunCreateIn, responses={201: s.RunOut, 200: s.RunOut})
     def create(self, request: Request) -> Response:
-        body = _body(s.RunCreateIn, request)
+        body = api.body(s.RunCreateIn, request)
         api_key = request_key(request)
-        tenant_id = body.validated_data.get("tenant_id")
-        if not (api_key.role == ApiKeyRole.OPERATOR and tenant_id):
-            tenant_id = _client_tenant(api_key, tenant_id)
+        tenant_id = api.tenant_for_write(api_key, body.validated_data.get("tenant_id"))
         result = lifecycle.create_run(
             tenant_id=tenant_id, spec=body.spec(), run_id=body.validated_data.get("id")
         )
-        return _created(result.run, s.RunOut, result.created)
+        return api.created_or_replayed(result.run, s.RunOut, result.created)
 
     @extend_schema(responses=s.RunOut)
     def retrieve(self, request: Request, pk: str) -> Response:
@@ -134,7 +90,7 @@ class RunViewSet(_ObjectViewSet):
     def cancel(self, request: Request, pk: str) -> Response:
         api_key = request_key(request)
         run = selectors.get_run_for(api_key=api_key, run_id=pk)
-        body = _body(s.CancelIn, request)
+        body = api.body(s.CancelIn, request)
         outcome = cancel.cancel_run(
             run_id=run.id, reason=body.validated_data["reason"], requested_by=api_key.id
         )
@@ -156,7 +112,7 @@ class RunViewSet(_ObjectViewSet):
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
         if request.method == "POST":
             return self._append_events(request, run.id)
-        query = _query(s.EventsQuery, request)
+        query = api.query(s.EventsQuery, request)
         page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
         timed_out = False
         if not page and query["wait"] > 0:
@@ -177,7 +133,7 @@ class RunViewSet(_ObjectViewSet):
         return Response(s.EventPageOut(data).data)
 
     def _append_events(self, request: Request, run_id: str) -> Response:
-        body = _body(s.EventAppendIn, request)
+        body = api.body(s.EventAppendIn, request)
         appended = events.append_runner_events(
             run_id=run_id,
             runner_id=body.validated_data["runner_id"],
@@ -192,7 +148,7 @@ class RunViewSet(_ObjectViewSet):
     @action(detail=True, methods=["get"], url_path="events/count")
     def events_count(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
-        query = _query(s.CountQuery, request)
+        query = api.query(s.CountQuery, request)
         return Response({"count": selectors.count_events(run=run, after_seq=query["after_seq"])})
 
     @extend_schema(methods=["GET"], parameters=[SeqCursorQuery], responses=s.CommandOut(many=True))
@@ -201,18 +157,18 @@ class RunViewSet(_ObjectViewSet):
     def commands(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
         if request.method == "GET":
-            query = _query(SeqCursorQuery, request)
+            query = api.query(SeqCursorQuery, request)
             items = selectors.commands_page(run=run, **query)
             return Response({"items": s.CommandOut(items, many=True).data})
-        body = _body(s.CommandCreateIn, request)
+        body = api.body(s.CommandCreateIn, request)
         result = commands.create_command(run_id=run.id, **body.validated_data)
-        return _created(result.command, s.CommandOut, result.created)
+        return api.created_or_replayed(result.command, s.CommandOut, result.created)
 
     @extend_schema(request=s.ClaimIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def claim(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
-        body = _body(s.ClaimIn, request)
+        body = api.body(s.ClaimIn, request)
         claimed = lifecycle.claim_run(run_id=run.id, **body.validated_data)
         return Response(s.RunOut(claimed).data)
 
@@ -220,7 +176,7 @@ class RunViewSet(_ObjectViewSet):
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def heartbeat(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
-        body = _body(s.HeartbeatIn, request)
+        body = api.body(s.HeartbeatIn, request)
         current = lifecycle.heartbeat_run(run_id=run.id, **body.validated_data)
         return Response(s.RunOut(current).data)
 
@@ -228,7 +184,7 @@ class RunViewSet(_ObjectViewSet):
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
-        body = _body(s.FinishIn, request)
+        body = api.body(s.FinishIn, request)
         finished = lifecycle.finish_run(
             run_id=run.id,
             runner_id=body.validated_data["runner_id"],
@@ -245,18 +201,18 @@ class RunViewSet(_ObjectViewSet):
     def runner_jobs(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
         if request.method == "GET":
-            query = _query(s.RunnerJobsQuery, request)
+            query = api.query(s.RunnerJobsQuery, request)
             items = selectors.runner_jobs_for(run=run, command_id=query.get("command_id"))
             return Response({"items": s.RunnerJobOut(items, many=True).data})
-        data = dict(_body(s.RunnerJobIn, request).validated_data)
+        data = dict(api.body(s.RunnerJobIn, request).validated_data)
         key = data.pop("idempotency_key", None)
         result = runners.save_runner_job(
             run_id=run.id, spec=runners.RunnerJobSpec(**data), idempotency_key=key
         )
-        return _created(result.job, s.RunnerJobOut, result.created)
+        return api.created_or_replayed(result.job, s.RunnerJobOut, result.created)
 
 
-class CommandViewSet(_ObjectViewSet):
+class CommandViewSet(api.ObjectViewSet):
     @extend_schema(responses=s.CommandOut)
     def retrieve(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
@@ -266,7 +222,7 @@ class CommandViewSet(_ObjectViewSet):
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def ack(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
-        body = _body(s.RunnerWriteIn, request)
+        body = api.body(s.RunnerWriteIn, request)
         acked = commands.ack_command(command_id=command.id, **body.validated_data)
         return Response(s.CommandOut(acked).data)
 
@@ -274,7 +230,7 @@ class CommandViewSet(_ObjectViewSet):
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
-        body = _body(s.FinishIn, request)
+        body = api.body(s.FinishIn, request)
         finished = commands.finish_command(
             command_id=command.id,
             runner_id=body.validated_data["runner_id"],
@@ -288,7 +244,7 @@ class CommandViewSet(_ObjectViewSet):
     def cancel(self, request: Request, pk: str) -> Response:
         api_key = request_key(request)
         command = selectors.get_command_for(api_key=api_key, command_id=pk)
-        body = _body(s.CancelIn, request)
+        body = api.body(s.CancelIn, request)
         outcome = cancel.cancel_command(
             command_id=command.id, reason=body.validated_data["reason"], requested_by=api_key.id
         )
@@ -298,20 +254,20 @@ class CommandViewSet(_ObjectViewSet):
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
-        query = _query(s.CommandEventsQuery, request)
+        query = api.query(s.CommandEventsQuery, request)
         items = selectors.events_for_command(
             run=command.run, command_id=command.id, limit=query["limit"]
         )
         return Response({"items": s.EventOut(items, many=True).data})
 
 
-class RunnerJobViewSet(_ObjectViewSet):
+class RunnerJobViewSet(api.ObjectViewSet):
     permission_classes = [IsRunnerOrOperator]
 
     @extend_schema(request=s.RunnerJobPatchIn, responses=s.RunnerJobOut)
     def partial_update(self, request: Request, pk: str) -> Response:
         job = selectors.get_runner_job_for(api_key=request_key(request), runner_job_id=pk)
-        body = _body(s.RunnerJobPatchIn, request)
+        body = api.body(s.RunnerJobPatchIn, request)
         patched = runners.patch_runner_job_result(
             runner_job_id=job.id, patch=body.validated_data["result"]
         )
@@ -323,7 +279,7 @@ class RunnerViewSet(viewsets.ViewSet):
 
     @extend_schema(request=s.RunnerRegisterIn, responses=s.RunnerOut)
     def create(self, request: Request) -> Response:
-        data = dict(_body(s.RunnerRegisterIn, request).validated_data)
+        data = dict(api.body(s.RunnerRegisterIn, request).validated_data)
         api_key = request_key(request)
         if api_key.is_runner:
             # A runner key registers runners for its own run only.

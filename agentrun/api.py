@@ -1,0 +1,63 @@
+"""Small pieces every app's API views share: input validation and response shapes.
+
+Views stay thin (validate → one service or selector → serialize); these helpers are the
+"validate" and "serialize" halves, written once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentrun.errors import invalid
+from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.validation import validate_path_id
+
+
+def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
+    """Validated query parameters (a strict serializer: unknown ones are a 400)."""
+    return query_dict(serializer_class, request.query_params.dict())
+
+
+def query_dict(serializer_class: type[Any], params: dict[str, Any]) -> dict[str, Any]:
+    serializer = serializer_class(data=params)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def body(serializer_class: type[Any], request: Request) -> Any:
+    """The request body, validated; the bound serializer is returned for its helpers."""
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer
+
+
+def created_or_replayed(instance: Any, serializer_class: type[Any], created: bool) -> Response:
+    """201 for a new object, 200 for an idempotent replay of an existing one."""
+    code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+    return Response(serializer_class(instance).data, status=code)
+
+
+def tenant_for_write(api_key: ApiKey, tenant_id: str | None) -> str:
+    """The tenant a new object belongs to: a client's own; an operator must name one."""
+    if api_key.role == ApiKeyRole.OPERATOR:
+        if not tenant_id:
+            raise invalid("tenant_id: an operator key must name the tenant", field="tenant_id")
+        return tenant_id
+    if tenant_id and tenant_id != api_key.tenant_id:
+        raise invalid("tenant_id: a client key writes in its own tenant", field="tenant_id")
+    return api_key.tenant_id
+
+
+class ObjectViewSet(viewsets.ViewSet):
+    """A resource addressed by id: the id in the path is validated like any other input."""
+
+    lookup_value_regex = "[^/]+"
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # authenticate and check permissions first
+        if "pk" in kwargs:
+            validate_path_id(kwargs["pk"])

@@ -37,6 +37,7 @@ ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h
 
 AGENTRUN_DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / ".agentrun"))
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(AGENTRUN_DATA_DIR)
+AGENTRUN_DATABASE_EMBEDDED = not os.environ.get("DATABASE_URL")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 
 INSTALLED_APPS = [

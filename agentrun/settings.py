@@ -113,6 +113,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "CommandTypeEnum": "runs.models.CommandType",
+        "EventTypeEnum": "runs.models.EventType",
+        "RunnerEventTypeEnum": "runs.models.RUNNER_EVENT_TYPE_CHOICES",
+    },
 }
 
 # Celery: with no broker configured, a filesystem transport needs no service at all.
@@ -123,6 +128,8 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_celery_dir / "queue"),
         "data_folder_out": str(_celery_dir / "queue"),
         "processed_folder": str(_celery_dir / "processed"),
+        # The worker polls the folder; a short interval keeps on-commit wake-ups prompt.
+        "polling_interval": 0.1,
     }
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -134,6 +141,26 @@ CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 AGENTRUN_DEFAULT_LEASE_MS = env_int("AGENTRUN_DEFAULT_LEASE_MS", 60_000)
 AGENTRUN_MAX_LEASE_MS = env_int("AGENTRUN_MAX_LEASE_MS", 15 * 60_000)
 AGENTRUN_LONG_POLL_MAX_SECONDS = 30
+
+# Runner dispatch (dispatch app): launchers, claim batches, backoff, capacity, reaping.
+AGENTRUN_LAUNCHER = os.environ.get("AGENTRUN_LAUNCHER", "local")  # or "kubernetes"
+AGENTRUN_API_URL = os.environ.get("AGENTRUN_API_URL", "http://127.0.0.1:8000")
+# The local runner's command line; `{run_id}`, `{python}`, `{manage_py}` are replaced.
+# Unset: `python manage.py runner --run RUN_ID`.
+AGENTRUN_LOCAL_RUNNER_COMMAND = os.environ.get("AGENTRUN_LOCAL_RUNNER_COMMAND") or None
+AGENTRUN_RUNNER_IMAGE = os.environ.get("AGENTRUN_RUNNER_IMAGE", "agentrun-runner:latest")
+AGENTRUN_KUBERNETES_NAMESPACE = os.environ.get("AGENTRUN_KUBERNETES_NAMESPACE", "agentrun")
+AGENTRUN_SOURCE_COMMIT = os.environ.get("AGENTRUN_SOURCE_COMMIT", "")
+AGENTRUN_DISPATCH_BATCH_SIZE = env_int("AGENTRUN_DISPATCH_BATCH_SIZE", 50)
+AGENTRUN_DISPATCH_LEASE_MS = env_int("AGENTRUN_DISPATCH_LEASE_MS", 60_000)
+AGENTRUN_DISPATCH_BACKOFF_BASE_MS = env_int("AGENTRUN_DISPATCH_BACKOFF_BASE_MS", 1_000)
+AGENTRUN_DISPATCH_BACKOFF_CAP_MS = env_int("AGENTRUN_DISPATCH_BACKOFF_CAP_MS", 5 * 60_000)
+AGENTRUN_DISPATCH_MAX_ATTEMPTS = env_int("AGENTRUN_DISPATCH_MAX_ATTEMPTS", 5)
+AGENTRUN_DISPATCH_CAPACITY_WAIT_MS = env_int("AGENTRUN_DISPATCH_CAPACITY_WAIT_MS", 2_000)
+AGENTRUN_DISPATCH_WAKE_ON_COMMIT = env_bool("AGENTRUN_DISPATCH_WAKE_ON_COMMIT", True)
+AGENTRUN_MAINTENANCE_BATCH_SIZE = env_int("AGENTRUN_MAINTENANCE_BATCH_SIZE", 100)
+AGENTRUN_LEASE_REAP_GRACE_MS = env_int("AGENTRUN_LEASE_REAP_GRACE_MS", 5_000)
+AGENTRUN_RECONCILE_GRACE_MS = env_int("AGENTRUN_RECONCILE_GRACE_MS", 60_000)
 
 LOGGING = {
     "version": 1,

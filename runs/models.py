@@ -82,6 +82,7 @@ RUNNER_EVENT_TYPES = frozenset(
         "error",
     }
 )
+RUNNER_EVENT_TYPE_CHOICES = [(name, name) for name in sorted(RUNNER_EVENT_TYPES)]
 
 
 class CancelStage(models.TextChoices):

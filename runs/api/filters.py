@@ -5,6 +5,8 @@ from __future__ import annotations
 import django_filters
 from django.db.models import Q, QuerySet, TextField, Value
 from django.db.models.functions import Concat, Lower
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
 
 from runs.models import Run, RunStatus
 from runs.selectors import RUN_SORTS
@@ -55,3 +57,18 @@ class RunFilter(django_filters.FilterSet):
 
     def keep(self, queryset: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         return queryset  # `sort` is validated here and applied by the selector.
+
+
+def run_filter_parameters() -> list[OpenApiParameter]:
+    """The filters as OpenAPI query parameters (the views are not generic views, so
+    drf-spectacular cannot read the FilterSet by itself)."""
+    return [
+        OpenApiParameter(
+            name,
+            OpenApiTypes.STR,
+            many=name == "status",
+            enum=[c[0] for c in getattr(f, "extra", {}).get("choices", [])] or None,
+            description=f"filter: {name}",
+        )
+        for name, f in RunFilter.base_filters.items()
+    ]

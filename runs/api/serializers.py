@@ -11,7 +11,7 @@ from rest_framework import serializers
 from agentrun.pagination import SeqCursorQuery
 from agentrun.validation import KIB, MIB, BoundedJSONObjectField, IdField, StrictSerializer
 from runs.models import (
-    RUNNER_EVENT_TYPES,
+    RUNNER_EVENT_TYPE_CHOICES,
     Backend,
     CancelRequest,
     Command,
@@ -153,7 +153,7 @@ class FinishIn(RunnerWriteIn):
 
 def _event_type_field(*, required: bool = True) -> serializers.ChoiceField:
     return serializers.ChoiceField(
-        choices=sorted(RUNNER_EVENT_TYPES),
+        choices=RUNNER_EVENT_TYPE_CHOICES,
         required=required,
         error_messages={"invalid_choice": '"{input}" is not an event type a runner may append.'},
     )

@@ -21,7 +21,7 @@ from agentrun.errors import invalid
 from agentrun.pagination import PageQuery, SeqCursorQuery
 from runs import selectors
 from runs.api import serializers as s
-from runs.api.filters import RunFilter
+from runs.api.filters import RunFilter, run_filter_parameters
 from runs.services import cancel, commands, events, lifecycle, runners
 from runs.waiting import wait_for_event
 
@@ -49,7 +49,7 @@ class RunViewSet(api.ObjectViewSet):
             return [IsAuthenticatedKey(), self.write_permissions[self.action]()]
         return super().get_permissions()
 
-    @extend_schema(parameters=[RunFilter, PageQuery], responses=s.RunPageOut)
+    @extend_schema(parameters=[*run_filter_parameters(), PageQuery], responses=s.RunPageOut)
     def list(self, request: Request) -> Response:
         scope = selectors.runs_for(api_key=request_key(request))
         paging = {

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "agentrun.middleware.LogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -162,10 +163,25 @@ AGENTRUN_MAINTENANCE_BATCH_SIZE = env_int("AGENTRUN_MAINTENANCE_BATCH_SIZE", 100
 AGENTRUN_LEASE_REAP_GRACE_MS = env_int("AGENTRUN_LEASE_REAP_GRACE_MS", 5_000)
 AGENTRUN_RECONCILE_GRACE_MS = env_int("AGENTRUN_RECONCILE_GRACE_MS", 60_000)
 
+LOG_FORMAT = os.environ.get("AGENTRUN_LOG_FORMAT", "text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "agentrun.logs.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "agentrun.logs.JsonFormatter"},
+        "text": {
+            "()": "agentrun.logs.RedactingTextFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": "json" if LOG_FORMAT == "json" else "text",
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
@@ -173,3 +189,19 @@ LOGGING = {
 AGENTRUN_SESSION_STORAGE_ROOT = Path(
     os.environ.get("AGENTRUN_SESSION_STORAGE_ROOT", AGENTRUN_DATA_DIR / "sessions")
 )
+
+# Event outbox (outbox app). With no bootstrap servers the outbox is off: no records are
+# written and the relay does nothing. The relay lease bounds one batch's produce: each
+# message gets its delivery report within half the lease (`message.timeout.ms`).
+AGENTRUN_KAFKA_BOOTSTRAP_SERVERS = os.environ.get("AGENTRUN_KAFKA_BOOTSTRAP_SERVERS", "")
+AGENTRUN_KAFKA_TOPIC = os.environ.get("AGENTRUN_KAFKA_TOPIC", "agentrun.events")
+AGENTRUN_KAFKA_TOPIC_PARTITIONS = env_int("AGENTRUN_KAFKA_TOPIC_PARTITIONS", 12)
+AGENTRUN_KAFKA_TOPIC_REPLICATION = env_int("AGENTRUN_KAFKA_TOPIC_REPLICATION", -1)  # broker's
+AGENTRUN_KAFKA_SOURCE = os.environ.get("AGENTRUN_KAFKA_SOURCE", "urn:agentrun:control-plane")
+AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE = env_int("AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE", 100)
+AGENTRUN_KAFKA_OUTBOX_LEASE_MS = env_int("AGENTRUN_KAFKA_OUTBOX_LEASE_MS", 60_000)
+AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS = env_int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS", 1_000)
+AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS = env_int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS", 300_000)
+AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS = env_int("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS", 7)
+# Off when only `relay_outbox --loop` relays (no Celery workers): commits then enqueue nothing.
+AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT = env_bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT", True)

@@ -10,6 +10,7 @@ transaction; whatever the runner reports later is a late write.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,8 @@ from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
 from runs.services.events import append_event_locked
 from runs.services.lifecycle import TurnResult, release_claim_locked, terminalize_run_locked
 from sessions.services import projection
+
+log = logging.getLogger("agentrun.runs")
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,17 @@ def cancel_run(*, run_id: str, reason: str, requested_by: str | None = None) -> 
     request.
     """
     with transaction.atomic():
-        return cancel_run_locked(lock_run(run_id), reason=reason, requested_by=requested_by)
+        outcome = cancel_run_locked(lock_run(run_id), reason=reason, requested_by=requested_by)
+    log.info(
+        "run cancel requested",
+        extra={
+            "run_id": run_id,
+            "changed": outcome.changed,
+            "session_id": outcome.run.session_id,
+            "cancel_request_id": outcome.cancel_request.id if outcome.cancel_request else None,
+        },
+    )
+    return outcome
 
 
 def cancel_run_locked(run: Run, *, reason: str, requested_by: str | None) -> CancelOutcome:

@@ -9,6 +9,7 @@ a long-poll never sees an event that then rolls back.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from runs.services.fencing import late_write_payload, stale_claim_reason
 from sessions.services.projection import record_event_activity_locked
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
+log = logging.getLogger("agentrun.runs")
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,10 @@ def fence_runner_write(
         **refused,
     )
     append_event_locked(run=run, type="backend_status", payload=payload)
+    log.warning(
+        "stale runner write refused",
+        extra={"run_id": run.id, "runner_id": runner_id, "source": source, "reason": reason},
+    )
     return stale_lease(
         f"run {run.id}: {reason}",
         run_id=run.id,

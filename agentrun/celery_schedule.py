@@ -16,3 +16,27 @@ def every(seconds: float, task: str, **options: Any) -> dict[str, Any]:
 
 
 BEAT_SCHEDULE: dict[str, dict[str, Any]] = {}
+
+# Runner dispatch. On-commit wake-ups claim new intents at once; this catches what they
+# miss (a lost wake-up, retries and capacity waits coming due): a claim over the partial
+# due-open index is cheap, so every 5 s keeps the worst-case pickup short.
+BEAT_SCHEDULE["dispatch-batch"] = every(5, "dispatch.dispatch_batch", queue="dispatch")
+# A dead runner's run must fail within about a lease; leases are 60 s by default.
+BEAT_SCHEDULE["reap-leases"] = every(15, "dispatch.reap_leases", queue="maintenance")
+# Asks each launcher about up to a batch of jobs: API calls, so once a minute.
+BEAT_SCHEDULE["reconcile-runner-jobs"] = every(
+    60, "dispatch.reconcile_runner_jobs", queue="maintenance"
+)
+
+# Kafka outbox relay. On-commit wake-ups relay new records at once and a full batch chains
+# the next; this catches lost wake-ups and retries coming due after a broker outage. An
+# empty claim reads only the pending index, so every 5 s is cheap.
+BEAT_SCHEDULE["outbox-relay"] = every(5, "outbox.relay_batch", queue="outbox")
+# Retention is counted in days: hourly pruning keeps each run to a few bounded batches.
+BEAT_SCHEDULE["outbox-prune"] = every(3600, "outbox.prune", queue="maintenance")
+
+# Work queue. On-commit wake-ups start new tasks at once and run again when a task's run
+# ends; this starts what they miss (a lost wake-up, a session whose turn ended without a
+# run ending) and projects runs that ended unseen. An idle claim reads only the partial
+# pending index, so every 5 s is cheap.
+BEAT_SCHEDULE["queue-schedule"] = every(5, "queue.schedule_batch", queue="queue")

@@ -30,6 +30,11 @@ class LockKey(enum.StrEnum):
     OUTBOX_KEY = "agentrun-kafka-outbox-key"
     # Shared by writers allocating a session version, exclusive for a change-feed read.
     SESSION_VERSION = "agentrun-session-version"
+    # The same protocol for the work queue's task versions (queues.versions).
+    QUEUE_VERSION = "agentrun-queue-version"
+    # Per queue name: held while the scheduler counts a limited queue's running tasks and
+    # starts one, so two workers never both take its last slot.
+    QUEUE_SLOTS = "agentrun-queue-slots"
 
 
 def advisory_xact_lock(key: LockKey, value: str) -> None:

@@ -7,6 +7,7 @@ started in `AGENTRUN_DATA_DIR` so that a fresh machine runs agentrun with no set
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -190,6 +191,18 @@ AGENTRUN_SESSION_STORAGE_ROOT = Path(
     os.environ.get("AGENTRUN_SESSION_STORAGE_ROOT", AGENTRUN_DATA_DIR / "sessions")
 )
 
+# Work queue (queues app). AGENTRUN_QUEUE_CONCURRENCY is a JSON object of queue name →
+# the most tasks of that queue running at once, e.g. '{"nightly": 2}'; a queue it does not
+# name is unlimited. Queued session turns (`when_busy=enqueue`) go to the session-turns
+# queue, in the session's lane, at the session-turn priority.
+AGENTRUN_QUEUE_CONCURRENCY = json.loads(os.environ.get("AGENTRUN_QUEUE_CONCURRENCY") or "{}")
+AGENTRUN_QUEUE_BATCH_SIZE = env_int("AGENTRUN_QUEUE_BATCH_SIZE", 50)
+AGENTRUN_QUEUE_WAKE_ON_COMMIT = env_bool("AGENTRUN_QUEUE_WAKE_ON_COMMIT", True)
+AGENTRUN_QUEUE_SESSION_TURNS_QUEUE = os.environ.get(
+    "AGENTRUN_QUEUE_SESSION_TURNS_QUEUE", "session-turns"
+)
+AGENTRUN_QUEUE_SESSION_TURN_PRIORITY = env_int("AGENTRUN_QUEUE_SESSION_TURN_PRIORITY", 100)
+
 # Event outbox (outbox app). With no bootstrap servers the outbox is off: no records are
 # written and the relay does nothing. The relay lease bounds one batch's produce: each
 # message gets its delivery report within half the lease (`message.timeout.ms`).
@@ -198,6 +211,8 @@ AGENTRUN_KAFKA_TOPIC = os.environ.get("AGENTRUN_KAFKA_TOPIC", "agentrun.events")
 AGENTRUN_KAFKA_TOPIC_PARTITIONS = env_int("AGENTRUN_KAFKA_TOPIC_PARTITIONS", 12)
 AGENTRUN_KAFKA_TOPIC_REPLICATION = env_int("AGENTRUN_KAFKA_TOPIC_REPLICATION", -1)  # broker's
 AGENTRUN_KAFKA_SOURCE = os.environ.get("AGENTRUN_KAFKA_SOURCE", "urn:agentrun:control-plane")
+# Events carry up to 1 MiB of payload; the envelope and JSON escaping need headroom.
+AGENTRUN_KAFKA_MESSAGE_MAX_BYTES = env_int("AGENTRUN_KAFKA_MESSAGE_MAX_BYTES", 4 * 1024 * 1024)
 AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE = env_int("AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE", 100)
 AGENTRUN_KAFKA_OUTBOX_LEASE_MS = env_int("AGENTRUN_KAFKA_OUTBOX_LEASE_MS", 60_000)
 AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS = env_int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS", 1_000)

@@ -12,5 +12,6 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/", include("runs.api.urls")),
+    path("api/v1/dispatch/", include("dispatch.api.urls")),
     path("api/v1/", include("sessions.api.urls")),
 ]

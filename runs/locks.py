@@ -48,3 +48,12 @@ def lock_runner_job(runner_job_id: str) -> RunnerJob:
     if job is None:
         raise not_found("runner job", runner_job_id)
     return job
+
+
+def lock_run_unless_busy(run_id: str) -> Run | None:
+    """Lock the run with SKIP LOCKED: None when it is gone or another transaction holds it.
+
+    For the lease reaper: a run somebody is writing right now (a heartbeat, an append) is
+    alive enough to leave for the next pass, so the reaper never waits behind a runner.
+    """
+    return Run.objects.select_for_update(skip_locked=True).filter(pk=run_id).first()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -16,6 +17,7 @@ from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
+from dispatch.wakeup import wake_dispatcher
 from runs.models import Command, Run
 
 
@@ -24,9 +26,11 @@ def record_intent_locked(
 ) -> RunnerDispatchIntent:
     """Write the dispatch intent of a new command. Needs the run lock.
 
-    `request` is the command's `dispatch` object (`{}` = the default launcher).
+    `request` is the command's `dispatch` object (`{}` = the default launcher). After
+    commit, wakes the dispatcher (`dispatch.wakeup`) so the intent is claimed at once.
     """
     now = timezone.now()
+    transaction.on_commit(wake_dispatcher)
     return RunnerDispatchIntent.objects.create(
         id=new_id("rdi"),
         run=run,

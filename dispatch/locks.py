@@ -1,0 +1,81 @@
+"""Row locks of the dispatch app.
+
+- `claim_due_intents` is the worker claim (seed `claimRunnerDispatchIntents`): raw SQL,
+  because the ORM cannot say `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)`.
+- `lock_intent` locks one intent for a fenced complete / retry / terminalise.
+
+Lock order, as everywhere: the run row, then its command rows, then the intent rows. The
+claim only locks intent rows, and with SKIP LOCKED, so it never waits and never deadlocks.
+Every helper must be called inside the caller's `transaction.atomic()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+
+from agentrun.errors import not_found
+from dispatch.models import RunnerDispatchIntent
+
+# Why only `FOR UPDATE OF i`, not `OF r, c, i` as the seed: the run row is the hot lock of
+# every runner write (events, heartbeats), so SKIP LOCKED on it would starve intents of
+# busy runs. It is not needed for safety: every path that makes a run or command terminal
+# fences its open intents under the run lock, and that UPDATE waits for our intent lock and
+# then re-reads the row, so a claim racing a cancel ends `cancelled`; complete / retry /
+# terminalise re-check run and command under the run lock. `state IN (…)` repeats the
+# partial index predicate so the planner uses `agentrun_rdi_due_open_idx`.
+_CLAIM_SQL = """
+WITH due AS (
+    SELECT i.id
+    FROM agentrun_runner_dispatch_intents i
+    JOIN agentrun_runs r ON r.id = i.run_id
+    JOIN agentrun_commands c ON c.id = i.command_id
+    WHERE i.state IN ('pending', 'retry', 'dispatching')
+      AND i.next_attempt_at <= now()
+      AND (i.state <> 'dispatching' OR i.lease_expires_at IS NULL OR i.lease_expires_at <= now())
+      AND r.status NOT IN ('completed', 'failed', 'blocked', 'cancelled')
+      AND c.state NOT IN ('completed', 'failed', 'cancelled')
+    ORDER BY i.next_attempt_at, i.created_at
+    LIMIT %(limit)s
+    FOR UPDATE OF i SKIP LOCKED
+)
+UPDATE agentrun_runner_dispatch_intents i
+SET state = 'dispatching',
+    attempt_count = i.attempt_count + 1,
+    lease_owner = %(owner)s,
+    lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond',
+    updated_at = now()
+FROM due, agentrun_runs r
+WHERE i.id = due.id AND r.id = i.run_id
+RETURNING i.id, i.run_id, i.command_id, i.attempt_count, i.lease_owner, i.lease_expires_at,
+          i.runner_job_id, i.input, i.next_attempt_at, i.created_at,
+          r.backend_profile, r.tenant_id
+"""
+
+
+def claim_due_intents(*, owner: str, lease_ms: int, limit: int) -> list[dict[str, Any]]:
+    """Claim up to `limit` due intents of live runs and commands, oldest due first.
+
+    Bumps `attempt_count` and sets the lease; returns one dict per claimed intent (with its
+    run's backend profile and tenant). Needs the caller's transaction: the claim is the
+    commit of that transaction, one per batch.
+    """
+    assert connection.in_atomic_block, "claim_due_intents needs an open transaction"
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, {"owner": owner, "lease_ms": lease_ms, "limit": limit})
+        columns = [column.name for column in cursor.description or []]
+        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    rows.sort(key=lambda row: (row["next_attempt_at"], row["created_at"]))
+    return rows
+
+
+def lock_intent(intent_id: str) -> RunnerDispatchIntent:
+    """`SELECT … FOR UPDATE` one intent; 404 if it does not exist. Take the run lock (and
+    the command lock) first. `no_key=True`: no foreign key points at intents, and a claim's
+    settle never changes the key."""
+    intent = RunnerDispatchIntent.objects.select_for_update(no_key=True).filter(pk=intent_id)
+    found = intent.first()
+    if found is None:
+        raise not_found("dispatch intent", intent_id)
+    return found

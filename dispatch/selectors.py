@@ -1,0 +1,70 @@
+"""Reads of the dispatch app: capacity facts for the runner-create fence, and status.
+
+These are operator and worker reads, not tenant reads: nothing here is scoped to an API
+key (the status endpoint is operator only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q
+from django.utils import timezone
+
+from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
+from runs.models import TERMINAL_RUN_STATUSES, Backend, Run, RunStatus
+
+
+def max_concurrent_runs(profile: str) -> int | None:
+    """The profile's `capacity.max_concurrent_runs`; None when unset (no limit)."""
+    capacity = Backend.objects.filter(profile=profile).values_list("capacity", flat=True).first()
+    value = capacity.get("max_concurrent_runs") if isinstance(capacity, dict) else None
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def active_runs(*, profile: str, among: list[str]) -> tuple[int, set[str]]:
+    """How many runs of a profile hold a runner, and which of `among` already do.
+
+    A run is active while it is not terminal and either a runner claimed it or a runner
+    job was launched for it (a `dispatched` intent) and has not claimed it yet. Read under
+    the runner-create fence, so no launch for this profile runs concurrently.
+    """
+    active = (
+        Run.objects.filter(backend_profile=profile)
+        .exclude(status__in=TERMINAL_RUN_STATUSES)
+        .filter(
+            Q(status__in=[RunStatus.CLAIMED, RunStatus.RUNNING])
+            | Q(dispatch_intents__state=IntentState.DISPATCHED)
+        )
+        .values_list("id", flat=True)
+        .distinct()
+    )
+    return active.count(), set(active.filter(id__in=among))
+
+
+def dispatch_status() -> dict[str, Any]:
+    """Backlog facts (seed `runnerDispatchStatus`) plus due, leased and per-state counts."""
+    now = timezone.now()
+    is_open = Q(state__in=OPEN_INTENT_STATES)
+    facts = RunnerDispatchIntent.objects.aggregate(
+        total_count=Count("id"),
+        backlog_count=Count("id", filter=is_open),
+        retrying_count=Count("id", filter=Q(state=IntentState.RETRY)),
+        due_count=Count(
+            "id",
+            filter=Q(state__in=[IntentState.PENDING, IntentState.RETRY], next_attempt_at__lte=now),
+        ),
+        expired_lease_count=Count(
+            "id", filter=Q(state=IntentState.DISPATCHING, lease_expires_at__lte=now)
+        ),
+        oldest_pending_at=Min("created_at", filter=is_open),
+        max_attempt_count=Max("attempt_count"),
+        **{f"{state}_count": Count("id", filter=Q(state=state)) for state in IntentState.values},
+    )
+    oldest = facts["oldest_pending_at"]
+    return {
+        "queue": "runner-dispatch",
+        **facts,
+        "max_attempt_count": facts["max_attempt_count"] or 0,
+        "oldest_pending_age_seconds": (now - oldest).total_seconds() if oldest else None,
+    }

@@ -1,0 +1,229 @@
+"""The dispatch step: claim a bounded batch of intents, launch their runner jobs, settle.
+
+`dispatch_batch` is what the Celery task, `manage.py dispatch_once` and the tests call.
+For one batch:
+
+1. claim up to `limit` due intents (one transaction, SKIP LOCKED: see `claims`);
+2. per backend profile, hold the runner-create fence (a session advisory lock on
+   `LockKey.RUNNER_CREATE` + profile, entered outside any transaction) while counting the
+   profile's active runs against `capacity.max_concurrent_runs`, launching, and
+   committing the completions: no two workers can both see the last free slot;
+3. over capacity → the intent is given back, due after a short wait, its attempt not
+   counted; a launch error → retry with backoff, or terminalise after the last attempt;
+4. complete the launched intents of the profile in one transaction; a claim refused as
+   stale (its run was cancelled meanwhile) gets its launch aborted and its key revoked.
+
+No transaction is open during a launch (rule 7): the runner key is committed before, the
+outcome in a new transaction after. A worker dying mid-batch leaves `dispatching` intents
+whose lease expires; the next claim takes them again (attempt + 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from django.conf import settings
+from django.utils import timezone
+
+from agentrun.auth import issue_api_key
+from agentrun.locks import LockKey, advisory_session_lock
+from agentrun.models import ApiKey
+from dispatch import selectors
+from dispatch.launchers import (
+    Launched,
+    Launcher,
+    LaunchError,
+    LaunchRequest,
+    default_launchers,
+    launcher_for,
+)
+from dispatch.services.claims import (
+    Completion,
+    IntentClaim,
+    StaleClaimError,
+    claim_intents,
+    complete_intents,
+    defer_intents,
+)
+from dispatch.services.failures import backoff_ms, retry_intent, terminalize_intent
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DispatchCounts:
+    claimed: int = 0
+    dispatched: int = 0
+    waiting: int = 0  # over capacity, given back
+    retried: int = 0
+    failed: int = 0  # terminalised after the last attempt
+    fenced: int = 0  # the claim went stale (run or command terminal, or re-claimed)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def worker_owner(tag: str = "") -> str:
+    """A lease owner naming this host, process and thread (and what woke it)."""
+    owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+    return f"{owner}:{tag}" if tag else owner
+
+
+def dispatch_batch(
+    *,
+    owner: str | None = None,
+    limit: int | None = None,
+    launchers: Mapping[str, Launcher] | None = None,
+) -> DispatchCounts:
+    """Claim one bounded batch and dispatch it; returns the counts.
+
+    Must be called outside a transaction (it takes the session-level runner-create fence
+    and commits several short transactions). Launchers default to `local` and `kubernetes`.
+    """
+    claims = claim_intents(
+        owner=owner or worker_owner(),
+        lease_ms=settings.AGENTRUN_DISPATCH_LEASE_MS,
+        limit=limit or settings.AGENTRUN_DISPATCH_BATCH_SIZE,
+    )
+    counts = DispatchCounts(claimed=len(claims))
+    by_profile: dict[str, list[IntentClaim]] = {}
+    for claim in claims:
+        by_profile.setdefault(claim.backend_profile, []).append(claim)
+    for profile, group in sorted(by_profile.items()):
+        with advisory_session_lock(LockKey.RUNNER_CREATE, profile):
+            _dispatch_profile(profile, group, launchers or default_launchers(), counts)
+    return counts
+
+
+def _dispatch_profile(
+    profile: str,
+    claims: list[IntentClaim],
+    launchers: Mapping[str, Launcher],
+    counts: DispatchCounts,
+) -> None:
+    """Under the profile's runner-create fence: capacity, launches, completions."""
+    to_launch, waiting = _within_capacity(profile, claims)
+    if waiting:
+        counts.waiting += defer_intents(
+            claims=waiting,
+            delay_ms=settings.AGENTRUN_DISPATCH_CAPACITY_WAIT_MS,
+            why={"reason": "capacity", "backend_profile": profile},
+        )
+    launched = [item for claim in to_launch if (item := _launch(claim, launchers, counts))]
+    if not launched:
+        return
+    outcome = complete_intents(completions=[item for item, _ in launched])
+    counts.dispatched += len(outcome.completed)
+    keys = {item.claim.id: key for item, key in launched}
+    for item, error in outcome.refused:
+        counts.fenced += 1
+        logger.info("dispatch: %s; aborting %s", error.message, item.launched.job_name)
+        _revoke(keys[item.claim.id])
+        _abort(item.launched, launchers)
+
+
+def _within_capacity(
+    profile: str, claims: list[IntentClaim]
+) -> tuple[list[IntentClaim], list[IntentClaim]]:
+    """Split claims into those that fit the profile's free slots and those that wait. A
+    run that already holds a runner takes no new slot."""
+    limit = selectors.max_concurrent_runs(profile)
+    active_count, holding = selectors.active_runs(
+        profile=profile, among=[claim.run_id for claim in claims]
+    )
+    free = None if limit is None else limit - active_count
+    fits, waits = [], []
+    for claim in claims:
+        if claim.run_id not in holding and free is not None and free <= 0:
+            waits.append(claim)
+            continue
+        if claim.run_id not in holding:
+            holding.add(claim.run_id)
+            free = None if free is None else free - 1
+        fits.append(claim)
+    return fits, waits
+
+
+def _launch(
+    claim: IntentClaim, launchers: Mapping[str, Launcher], counts: DispatchCounts
+) -> tuple[Completion, ApiKey] | None:
+    """Launch one claim with a fresh run-scoped runner key; settle it on failure."""
+    if claim.attempt_count > settings.AGENTRUN_DISPATCH_MAX_ATTEMPTS:
+        # Earlier attempts were claimed by workers that died before settling them.
+        _settle_failure(claim, LaunchError("dispatch attempts exhausted", reason="lost"), counts)
+        return None
+    try:
+        launcher = launcher_for(claim.options, launchers)
+    except LaunchError as error:
+        _settle_failure(claim, error, counts)
+        return None
+    issued = issue_api_key(
+        tenant_id=claim.tenant_id,
+        role="runner",
+        run_id=claim.run_id,
+        name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
+    )
+    try:
+        launched = launcher.launch(_request(claim, issued.secret))
+    except LaunchError as error:
+        _revoke(issued.api_key)
+        _settle_failure(claim, error, counts)
+        return None
+    return Completion(claim, launched), issued.api_key
+
+
+def _request(claim: IntentClaim, secret: str) -> LaunchRequest:
+    return LaunchRequest(
+        intent_id=claim.id,
+        run_id=claim.run_id,
+        command_id=claim.command_id,
+        tenant_id=claim.tenant_id,
+        backend_profile=claim.backend_profile,
+        runner_job_id=claim.runner_job_id,
+        runner_id=claim.runner_id,
+        attempt_count=claim.attempt_count,
+        runner_key=secret,
+        api_url=settings.AGENTRUN_API_URL,
+        options=claim.options,
+    )
+
+
+def _settle_failure(claim: IntentClaim, error: LaunchError, counts: DispatchCounts) -> None:
+    """Retry with backoff, or terminalise after the last attempt."""
+    logger.warning("dispatch %s attempt %s failed: %s", claim.id, claim.attempt_count, error)
+    try:
+        if claim.attempt_count >= settings.AGENTRUN_DISPATCH_MAX_ATTEMPTS:
+            terminalize_intent(claim=claim, error=error.as_json())
+            counts.failed += 1
+            return
+        delay = backoff_ms(
+            claim.attempt_count,
+            base_ms=settings.AGENTRUN_DISPATCH_BACKOFF_BASE_MS,
+            cap_ms=settings.AGENTRUN_DISPATCH_BACKOFF_CAP_MS,
+        )
+        retry_intent(claim=claim, error=error.as_json(), delay_ms=delay)
+        counts.retried += 1
+    except StaleClaimError as stale:
+        logger.info("dispatch: %s", stale.message)
+        counts.fenced += 1
+
+
+def _revoke(api_key: ApiKey) -> None:
+    """Revoke the runner key of a launch that did not happen or was aborted. A one-row
+    update of a key nobody else has seen; auth has no revoke service yet."""
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def _abort(launched: Launched, launchers: Mapping[str, Launcher]) -> None:
+    launcher = launchers.get(launched.launcher)
+    if launcher is None:
+        return
+    try:
+        launcher.abort(launched)
+    except LaunchError as error:  # best effort: reconciliation finds what is left
+        logger.warning("dispatch: could not abort %s: %s", launched.job_name, error)

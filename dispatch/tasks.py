@@ -1,0 +1,45 @@
+"""Celery tasks of runner dispatch: thin, bounded, named (the beat schedule is in
+`agentrun/celery_schedule.py`). Each runs one bounded batch of a service and returns its
+counts; each is safe on many workers at once (SKIP LOCKED claims, fenced settles,
+per-run locks), so no leader is needed.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from agentrun.task_queues import TaskQueue
+from dispatch.services.launch import dispatch_batch, worker_owner
+from dispatch.services.reconcile import reconcile_runner_jobs
+from dispatch.wakeup import DISPATCH_TASK, wake_dispatcher
+from runs.services.reaper import reap_expired_leases
+
+
+@shared_task(name=DISPATCH_TASK, queue=TaskQueue.DISPATCH.value, ignore_result=True)
+def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
+    """Claim and dispatch one batch. `trigger` (`commit` or `beat`) is recorded in the
+    lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
+    full batch wakes the dispatcher again, so a burst drains without waiting for beat."""
+    counts = dispatch_batch(owner=worker_owner(trigger))
+    if counts.claimed >= settings.AGENTRUN_DISPATCH_BATCH_SIZE:
+        wake_dispatcher()
+    return counts.as_dict()
+
+
+@shared_task(name="dispatch.reap_leases", queue=TaskQueue.MAINTENANCE.value, ignore_result=True)
+def reap_leases_task() -> dict[str, int]:
+    return reap_expired_leases(
+        limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,
+        grace_ms=settings.AGENTRUN_LEASE_REAP_GRACE_MS,
+    ).as_dict()
+
+
+@shared_task(
+    name="dispatch.reconcile_runner_jobs", queue=TaskQueue.MAINTENANCE.value, ignore_result=True
+)
+def reconcile_runner_jobs_task() -> dict[str, int]:
+    return reconcile_runner_jobs(
+        limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,
+        grace_ms=settings.AGENTRUN_RECONCILE_GRACE_MS,
+    ).as_dict()

@@ -1,0 +1,144 @@
+"""Terminalising runs whose runner is gone: the lease reaper and the retention fence.
+
+- `reap_expired_leases`: a claimed or running run whose lease expired (no heartbeat
+  extended it) more than a grace period ago is failed as `infra-failed`.
+- `terminalize_abandoned_run` (seed `withRunnerRetentionFence` with
+  `terminalizeStalePending`): reconciliation saw the run's runner job end or disappear
+  while the run is not terminal and no live lease holds it.
+
+Each run is settled in its own short transaction, never a batch of runs in one, so the
+reaper holds one run (and then its session) at a time and cannot deadlock with session
+admission. The reaper takes the run lock with SKIP LOCKED: a run being written right now
+is alive enough to wait for the next pass. Both then go through
+`terminalize_run_locked`, which releases the claim, deletes the lease row, fences open
+dispatch intents, appends `terminal_status` and projects the run onto its session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
+from runs.models import CommandState, FailureKind, Run, RunStatus
+from runs.services.events import append_event_locked
+from runs.services.lifecycle import TurnResult, release_claim_locked, terminalize_run_locked
+
+
+@dataclass
+class ReapCounts:
+    candidates: int = 0
+    reaped: int = 0
+    skipped: int = 0  # busy, or heartbeated / finished since it was listed
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def expired_lease_run_ids(*, cutoff: datetime, limit: int) -> list[str]:
+    """Claimed or running runs whose lease expired before `cutoff`, oldest first."""
+    runs = Run.objects.filter(
+        status__in=[RunStatus.CLAIMED, RunStatus.RUNNING], lease_expires_at__lte=cutoff
+    )
+    return list(runs.order_by("lease_expires_at").values_list("id", flat=True)[:limit])
+
+
+def reap_expired_leases(*, limit: int, grace_ms: int) -> ReapCounts:
+    """Fail up to `limit` runs whose lease expired more than `grace_ms` ago.
+
+    Locks: per run, the run row (SKIP LOCKED) then its commands, one transaction each.
+    Side effects per reaped run: `backend_status {phase: lease-expired}`, open commands
+    `failed` with `command-terminal` events, run `failed` / `infra-failed` (see module doc).
+    Safe on many workers at once: a run is re-checked under its lock.
+    """
+    cutoff = timezone.now() - timedelta(milliseconds=grace_ms)
+    run_ids = expired_lease_run_ids(cutoff=cutoff, limit=limit)
+    counts = ReapCounts(candidates=len(run_ids))
+    for run_id in run_ids:
+        if _reap_one(run_id, cutoff):
+            counts.reaped += 1
+        else:
+            counts.skipped += 1
+    return counts
+
+
+def _reap_one(run_id: str, cutoff: datetime) -> bool:
+    with transaction.atomic():
+        run = lock_run_unless_busy(run_id)
+        if run is None or run.is_terminal or run.claimed_by is None:
+            return False
+        expired_at = run.lease_expires_at
+        if expired_at is None or expired_at > cutoff:
+            return False  # it heartbeated since it was listed
+        reason = (
+            f"runner {run.claimed_by} stopped heartbeating: its lease expired at "
+            f"{expired_at.isoformat()}"
+        )
+        fail_run_locked(
+            run,
+            reason=reason,
+            phase="lease-expired",
+            runner_id=run.claimed_by,
+            lease_epoch=run.lease_epoch,
+            lease_expires_at=expired_at.isoformat(),
+        )
+    return True
+
+
+def terminalize_abandoned_run(*, run_id: str, reason: str, **facts: Any) -> bool:
+    """Fail a live run whose runner job is gone (the retention fence). Returns whether it
+    did. A terminal run only has a leftover claim released; a run a runner still holds
+    with a live lease is left alone (the reaper takes it if the lease lapses).
+
+    Locks: the run row, then its commands. Errors: 404 for an unknown run.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.is_terminal:
+            release_claim_locked(run)
+            return False
+        if run.claimed_by is not None and not run.lease_expired(timezone.now()):
+            return False
+        fail_run_locked(run, reason=reason, phase="runner-gone", retention_fence=True, **facts)
+    return True
+
+
+def fail_run_locked(run: Run, *, reason: str, phase: str, **facts: Any) -> None:
+    """Fail a locked, live run as `infra-failed` with its open commands. Needs the run
+    lock; takes the command locks."""
+    commands = lock_run_commands(run)
+    kind = FailureKind.INFRA_FAILED
+    append_event_locked(
+        run=run,
+        type="backend_status",
+        payload={"phase": phase, "reason": reason, "failure_kind": kind, **facts},
+    )
+    now = timezone.now()
+    for command in commands:
+        if command.is_terminal:
+            continue
+        command.state = CommandState.FAILED
+        command.updated_at = now
+        command.save(update_fields=["state", "updated_at"])
+        append_event_locked(
+            run=run,
+            type="backend_status",
+            payload={
+                "phase": "command-terminal",
+                "reason": phase,
+                "command_id": command.id,
+                "state": "failed",
+                "terminal_status": "failed",
+                "failure_kind": kind,
+                "message": reason,
+                "thread_id": None,
+                "turn_id": None,
+            },
+        )
+    terminalize_run_locked(
+        run, result=TurnResult("failed", failure_kind=kind, failure_message=reason)
+    )

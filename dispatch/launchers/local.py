@@ -101,6 +101,9 @@ class LocalLauncher:
             "AGENTRUN_COMMAND_ID": request.command_id,
             "AGENTRUN_RUNNER_ID": request.runner_id,
             "AGENTRUN_RUNNER_JOB_ID": request.runner_job_id,
+            # One Codex home for every local run, so a session's next run resumes its thread.
+            "AGENTRUN_CODEX_HOME": os.environ.get("AGENTRUN_CODEX_HOME")
+            or str(Path(settings.AGENTRUN_DATA_DIR) / "codex-home"),
         }
 
     def abort(self, launched: Launched) -> None:

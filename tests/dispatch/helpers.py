@@ -3,12 +3,10 @@ the launchers below stand in for the outside world (a process table, a cluster) 
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from agentrun.celery import app as celery_app
@@ -17,9 +15,6 @@ from dispatch.models import RunnerDispatchIntent
 from runs.models import Backend, Command, Event, Run, RunnerJob
 from runs.services.commands import create_command
 from tests.builders import make_run
-
-FAKE_RUNNER = Path(__file__).with_name("fake_runner.py")
-FAKE_RUNNER_COMMAND = f"{sys.executable} {FAKE_RUNNER} --run {{run_id}}"
 
 
 def make_dispatch_command(*, dispatch: dict[str, Any] | None = None, **spec: Any) -> Command:

@@ -25,7 +25,7 @@ from django.test import override_settings
 
 from dispatch.models import RunnerDispatchIntent
 from runs.models import Command, Event, Run
-from tests.dispatch.helpers import FAKE_RUNNER_COMMAND, celery_broker, make_dispatch_command
+from tests.dispatch.helpers import celery_broker, make_dispatch_command
 
 REDIS = ("127.0.0.1", 6379, "redis://127.0.0.1:6379/13")
 RABBITMQ = ("127.0.0.1", 5672, "amqp://guest:guest@127.0.0.1:5672//")
@@ -71,7 +71,7 @@ def celery_worker(broker: str, api_url: str, data_dir: Path) -> Iterator[Path]:
         "DATABASE_URL": _test_database_url(),
         "CELERY_BROKER_URL": broker,
         "AGENTRUN_API_URL": api_url,
-        "AGENTRUN_LOCAL_RUNNER_COMMAND": FAKE_RUNNER_COMMAND,
+        "AGENTRUN_LOCAL_RUNNER_COMMAND": "",  # the reference runner, on `scripted`
         "AGENTRUN_DATA_DIR": str(data_dir),
     }
     argv = [sys.executable, "-m", "celery", "-A", "agentrun", "worker", "-B"]

@@ -1,15 +1,10 @@
-"""The `local` launcher really starts a runner process that claims its run over HTTP
-with the run-scoped key it was handed.
-
-The runner is `tests/dispatch/fake_runner.py` (through `AGENTRUN_LOCAL_RUNNER_COMMAND`)
-until `manage.py runner` lands; the runner issue replaces it with the real runner and
-the `scripted` backend.
+"""The `local` launcher really starts the reference runner (`manage.py runner`, on the
+`scripted` backend), which claims its run over HTTP with the run-scoped key it was handed.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -23,7 +18,7 @@ from dispatch.launchers.local import runner_command
 from dispatch.services.launch import dispatch_batch
 from dispatch.services.reconcile import reconcile_runner_jobs
 from runs.models import Event, Run, RunnerJob
-from tests.dispatch.helpers import FAKE_RUNNER_COMMAND, intent_of, make_dispatch_command, phases
+from tests.dispatch.helpers import intent_of, make_dispatch_command, phases
 
 
 def wait_for(check: Any, timeout: float = 20.0) -> None:
@@ -53,24 +48,24 @@ def test_the_local_launcher_starts_a_runner_process_that_claims_and_finishes_its
     command = make_dispatch_command()
     with override_settings(
         AGENTRUN_API_URL=live_server.url,
-        AGENTRUN_LOCAL_RUNNER_COMMAND=FAKE_RUNNER_COMMAND,
+        AGENTRUN_LOCAL_RUNNER_COMMAND="",
         AGENTRUN_DATA_DIR=tmp_path,
     ):
         counts = dispatch_batch(owner="w")
     assert (counts.claimed, counts.dispatched) == (1, 1)
     run = Run.objects.get(pk=command.run_id)
-    wait_for(lambda: Run.objects.get(pk=run.id).status == "completed")
+    wait_for(lambda: Run.objects.get(pk=run.id).status == "completed", timeout=60)
     intent = intent_of(command)
     job = RunnerJob.objects.get(run=run)
     assert job.idempotency_key == intent.runner_job_id and job.job_name.startswith("local-")
+    assert job.result["argv"][-3:] == ["runner", "--run", run.id]
     log = Path(job.result["log_path"])
     assert log.parent == tmp_path / "runner-logs"
-    text = log.read_text()
-    ids = re.search(r"pid=(\d+) pgid=(\d+) sid=(\d+)", text)
-    assert ids and ids[1] == ids[2] == ids[3]  # its own session and process group
-    assert f"claimed {run.id} as {intent.active_runner_id}" in text
+    wait_for(lambda: f"run {run.id} -> exit 0" in log.read_text())
     claimed = Event.objects.get(run=run, payload__phase="run-claimed")
     assert claimed.payload["runner_id"] == intent.active_runner_id
+    echo = Event.objects.get(run=run, type="agent_message")
+    assert echo.payload["text"] == "Echo: go"
     assert phases(run)[-1] == "terminal_status"
 
 

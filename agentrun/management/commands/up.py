@@ -66,7 +66,7 @@ class Command(BaseCommand):
 
     def _start_worker(self) -> subprocess.Popen[bytes]:
         data_dir = settings.AGENTRUN_DATA_DIR
-        for folder in ("celery/queue", "celery/processed"):
+        for folder in ("celery/queue", "celery/processed", "celery/control"):
             (data_dir / folder).mkdir(parents=True, exist_ok=True)
         queues = ",".join(["celery", *(queue.value for queue in TaskQueue)])
         return subprocess.Popen(

@@ -26,7 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--api-url", default=os.environ.get("AGENTRUN_API_URL"))
         parser.add_argument("--token", default=os.environ.get("AGENTRUN_RUNNER_KEY"))
         parser.add_argument("--lease-ms", type=int, default=30_000)
-        parser.add_argument("--runner-id", default=None)
+        parser.add_argument("--runner-id", default=os.environ.get("AGENTRUN_RUNNER_ID"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["api_url"] or not options["token"]:

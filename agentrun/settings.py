@@ -130,6 +130,7 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_celery_dir / "queue"),
         "data_folder_out": str(_celery_dir / "queue"),
         "processed_folder": str(_celery_dir / "processed"),
+        "control_folder": str(_celery_dir / "control"),
         # The worker polls the folder; a short interval keeps on-commit wake-ups prompt.
         "polling_interval": 0.1,
     }

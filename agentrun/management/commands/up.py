@@ -13,6 +13,7 @@ It prints the URL and a client API key for tenant `local` (created on first star
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -44,6 +45,8 @@ class Command(BaseCommand):
         os.environ["DATABASE_URL"] = settings.DATABASE_URL
         os.environ.setdefault("AGENTRUN_API_URL", url)
         self._announce(url)
+        # SIGTERM ends the server like Ctrl-C does, so the worker is stopped on the way out.
+        signal.signal(signal.SIGTERM, _interrupt)
         worker = None if options["no_worker"] else self._start_worker()
         if options["demo"]:
             threading.Thread(target=self._demo, args=(url,), daemon=True).start()
@@ -93,3 +96,7 @@ class Command(BaseCommand):
 
     def _demo(self, url: str) -> None:
         call_command("seed_demo", "--wait", "60", "--api-url", url)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -14,4 +14,5 @@ urlpatterns = [
     path("api/v1/", include("runs.api.urls")),
     path("api/v1/dispatch/", include("dispatch.api.urls")),
     path("api/v1/", include("sessions.api.urls")),
+    path("api/v1/", include("queues.api.urls")),
 ]

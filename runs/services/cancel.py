@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from agentrun.ids import new_id
 from dispatch.services import intents
+from queues.services import projection as queue_projection
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
 from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
 from runs.services.events import append_event_locked
@@ -128,6 +129,7 @@ def cancel_command(
             projection.project_turn_terminal_locked(
                 run, command_id=command.id, terminal_status="cancelled", failure_kind="cancelled"
             )
+            queue_projection.on_command_cancelled_locked(run, command)  # a task's turn
     return CancelOutcome(run, command, cancel, changed=True)
 
 

@@ -21,6 +21,7 @@ from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
 from dispatch.services import intents
+from queues.services import projection as queue_projection
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Lease, Run, Runner, RunStatus
 from runs.services.events import append_event_locked, fence_runner_write
@@ -325,6 +326,7 @@ def terminalize_run_locked(run: Run, *, result: TurnResult) -> None:
             "turn_id": result.turn_id,
         },
     )
+    queue_projection.on_run_terminal_locked(run)  # run → task lock order: the task comes last
 
 
 def release_claim_locked(run: Run) -> None:

@@ -177,9 +177,11 @@ class SessionPageOut(serializers.Serializer[Any]):
 
 class AdmissionOut(serializers.Serializer[Any]):
     disposition = serializers.CharField()
-    run = RunOut()
-    command = CommandOut()
+    run = RunOut(allow_null=True)  # null when the turn was queued
+    command = CommandOut(allow_null=True)
     cancel_request = CancelRequestOut(allow_null=True)
+    task_id = serializers.CharField(allow_null=True)  # a queued turn's work-queue task
+    position = serializers.IntegerField(allow_null=True)  # 1 = admitted next
 
 
 class SessionCancelOut(serializers.Serializer[Any]):

@@ -69,7 +69,9 @@ class SessionViewSet(api.ObjectViewSet):
         )
         return Response(s.SessionOut(session).data)
 
-    @extend_schema(request=s.TurnIn, responses={201: s.AdmissionOut, 200: s.AdmissionOut})
+    @extend_schema(
+        request=s.TurnIn, responses={201: s.AdmissionOut, 200: s.AdmissionOut, 202: s.AdmissionOut}
+    )
     @action(detail=True, methods=["post"])
     def turns(self, request: Request, pk: str) -> Response:
         body = api.body(s.TurnIn, request)
@@ -89,7 +91,13 @@ class SessionViewSet(api.ObjectViewSet):
                 requested_by=api_key.id,
             )
         )
-        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        code = (
+            status.HTTP_201_CREATED
+            if result.created
+            else status.HTTP_202_ACCEPTED
+            if result.disposition == "queued"
+            else status.HTTP_200_OK
+        )
         return Response(s.AdmissionOut(result).data, status=code)
 
     @extend_schema(request=s.SteerIn, responses={201: s.CommandOut, 200: s.CommandOut})

@@ -7,12 +7,17 @@ decides, from the current state and never from a client's stale view:
 
 1. an idempotency key already used in the session replays that turn (200 `replayed`),
    writing a missing dispatch intent when an earlier attempt wrote the command without
-   it (200 `recovered`);
+   it (200 `recovered`), or the steer an earlier `when_busy=steer` attempt made (200
+   `replayed`);
 2. with a live active turn: the same request replays it; a turn whose runner lease
    expired is terminalised `infra-failed` and the new turn admitted; otherwise `when_busy`
    decides: `reject` (409 `session_busy`), `steer` (200 `steered`), `interrupt` (the
-   active run is cancelled, 201 `interrupted_and_created`);
-3. otherwise a new run and `turn` command (+ dispatch intent): 201 `created`.
+   active run is cancelled, 201 `interrupted_and_created`), `enqueue` (the turn is filed
+   as a work-queue task in the session's lane, 200 `queued` with its task id and
+   position; the scheduler admits queued turns one at a time, in order, as the session
+   goes idle);
+3. otherwise a new run and `turn` command (+ dispatch intent): 201 `created` — or, for
+   `enqueue` while turns are already queued for the session, `queued` behind them.
 
 An `expected_turn_id` that is not the active turn's command id is a 409 `stale_turn`.
 """
@@ -25,10 +30,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agentrun.errors import AgentRunError, conflict, invalid
+from agentrun.errors import AgentRunError, conflict
 from agentrun.hashing import stable_hash
 from agentrun.locks import LockKey, advisory_xact_lock
 from dispatch.services import intents
+from queues.services.session_turns import enqueue_session_turn_locked, has_queued_turns
 from runs.locks import lock_command, lock_run
 from runs.models import CancelRequest, Command, Run
 from runs.services.cancel import cancel_run_locked
@@ -60,9 +66,11 @@ class TurnRequest:
 @dataclass(frozen=True)
 class Admission:
     disposition: str
-    run: Run
-    command: Command
+    run: Run | None  # None when the turn was queued
+    command: Command | None
     cancel_request: CancelRequest | None = None
+    task_id: str | None = None  # the work-queue task of a queued turn
+    position: int | None = None  # its place among the session's queued turns (1 = next)
 
     @property
     def created(self) -> bool:
@@ -79,12 +87,7 @@ class ActiveTurn:
 def admit_turn(*, request: TurnRequest) -> Admission:
     """Admit a turn to a session. Locks: the session's admission lock, the active turn's
     run and command, the session row. Errors: 409 `session_busy`, `stale_turn`,
-    `session_boundary`, `idempotency_mismatch`; 400 for `when_busy=enqueue` (the work
-    queue takes queued turns)."""
-    if request.when_busy == "enqueue":
-        raise invalid(
-            "when_busy: enqueue needs the work queue, which is not enabled here", field="when_busy"
-        )
+    `session_boundary`, `idempotency_mismatch`."""
     with transaction.atomic():
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, request.session_id)
         observed = Session.objects.filter(pk=request.session_id).first()
@@ -104,6 +107,8 @@ def admit_turn(*, request: TurnRequest) -> Admission:
             decided = _decide_busy(request, active)
             if decided is not None:
                 return decided
+        if request.when_busy == "enqueue" and has_queued_turns(request.session_id):
+            return _enqueue(request)  # behind the turns already waiting
         return _create_turn(request)
 
 
@@ -153,7 +158,22 @@ def _replay_by_key(request: TurnRequest) -> Admission | None:
     if found is None:
         return None
     run = lock_run(found[1])
-    return replay_or_recover(run, lock_command(found[0], run=run), request)
+    command = lock_command(found[0], run=run)
+    if command.type == "steer":
+        return _replay_steer(run, command, request)
+    return replay_or_recover(run, command, request)
+
+
+def _replay_steer(run: Run, command: Command, request: TurnRequest) -> Admission:
+    """A retried `when_busy=steer` admission: the steer its key produced. The request's run
+    spec and dispatch were not used by the steer, so only the payload must match."""
+    if command.payload_hash != stable_hash(request.payload):
+        raise conflict(
+            f"idempotency key {request.idempotency_key!r} was used for a different steer",
+            code="idempotency_mismatch",
+            command_id=command.id,
+        )
+    return Admission("replayed", run, command)
 
 
 def replay_or_recover(run: Run, command: Command, request: TurnRequest) -> Admission:
@@ -226,7 +246,14 @@ def _decide_busy(request: TurnRequest, active: ActiveTurn) -> Admission | None:
         return Admission(
             "interrupted_and_created", created.run, created.command, outcome.cancel_request
         )
+    if request.when_busy == "enqueue":
+        return _enqueue(request)
     raise busy(request.session_id, active.run, active.command)
+
+
+def _enqueue(request: TurnRequest) -> Admission:
+    queued = enqueue_session_turn_locked(request)
+    return Admission("queued", None, None, task_id=queued.task.id, position=queued.position)
 
 
 def _create_turn(request: TurnRequest) -> Admission:

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentrun.errors import invalid, not_found
-from sessions.locks import lock_session
+from sessions.locks import lock_or_insert_session, lock_session
 from sessions.models import Session, SessionReadCursor, StorageKind
 from sessions.versions import next_session_version
 
@@ -49,10 +49,8 @@ def upsert_session(*, session_id: str, tenant_id: str, fields: SessionFields) ->
     values = {**fields.__dict__, "metadata": fields.metadata or {}}
     with transaction.atomic():
         session = lock_session(session_id)
-        if session is not None and session.tenant_id != tenant_id:
-            raise not_found("session", session_id)
         if session is None:
-            return Session.objects.create(
+            new = Session(
                 session_id=session_id,
                 tenant_id=tenant_id,
                 version=next_session_version(),
@@ -60,6 +58,11 @@ def upsert_session(*, session_id: str, tenant_id: str, fields: SessionFields) ->
                 updated_at=now,
                 **values,
             )
+            session, inserted = lock_or_insert_session(new)
+            if inserted:
+                return session
+        if session.tenant_id != tenant_id:
+            raise not_found("session", session_id)
         for name, value in values.items():
             setattr(session, name, value)
         session.version = next_session_version()
@@ -127,20 +130,24 @@ def mark_session_storage_evicted(*, session_id: str, tenant_id: str | None) -> S
     """Record that the session's storage is gone (its next run starts a fresh thread dir)."""
     with transaction.atomic():
         session = _locked_for(session_id, tenant_id)
-        now = timezone.now()
-        session.storage_kind = StorageKind.EVICTED
-        session.storage_evicted_at = session.storage_updated_at = session.updated_at = now
-        session.version = next_session_version()
-        session.save(
-            update_fields=[
-                "storage_kind",
-                "storage_evicted_at",
-                "storage_updated_at",
-                "updated_at",
-                "version",
-            ]
-        )
+        _evict_locked(session)
     return session
+
+
+def _evict_locked(session: Session) -> None:
+    now = timezone.now()
+    session.storage_kind = StorageKind.EVICTED
+    session.storage_evicted_at = session.storage_updated_at = session.updated_at = now
+    session.version = next_session_version()
+    session.save(
+        update_fields=[
+            "storage_kind",
+            "storage_evicted_at",
+            "storage_updated_at",
+            "updated_at",
+            "version",
+        ]
+    )
 
 
 def expired_storage_sessions(*, now: datetime, limit: int) -> list[Session]:
@@ -153,20 +160,61 @@ def expired_storage_sessions(*, now: datetime, limit: int) -> list[Session]:
 
 
 def gc_expired_local_storage(*, limit: int = 100, dry_run: bool = False) -> dict[str, int]:
-    """Delete expired `local` session directories under the storage root and mark them
-    evicted. PVC storage is the Kubernetes launcher's to delete; it is only counted."""
+    """Evict up to `limit` expired `local` sessions: mark each evicted, then delete its
+    directory. PVC storage is the Kubernetes launcher's to delete; it is only counted.
+
+    A path outside the storage root is never deleted, only counted. Such sessions and PVCs
+    are never changed here, so they stay the oldest: `limit` counts evictions, not sessions
+    looked at, or they would starve the local directories behind them. Each eviction is
+    decided in its own transaction under the session lock (still local, same path, still
+    expired) and the directory deleted after the commit: a session refreshed meanwhile
+    keeps its storage, and a crash in between leaves a directory behind (its path stays on
+    the evicted row), never a live session without its directory.
+    """
     root = Path(settings.AGENTRUN_SESSION_STORAGE_ROOT).resolve()
-    counts = {"evicted": 0, "skipped_outside_root": 0, "pvc_pending": 0}
-    for session in expired_storage_sessions(now=timezone.now(), limit=limit):
-        if session.storage_kind == StorageKind.PVC:
-            counts["pvc_pending"] += 1
-            continue
-        path = Path(session.storage_path or "").resolve()
-        if root not in path.parents:
+    now = timezone.now()
+    pvc_pending = Session.objects.filter(storage_kind=StorageKind.PVC, expires_at__lte=now)
+    counts = {"evicted": 0, "skipped_outside_root": 0, "pvc_pending": pvc_pending.count()}
+    for session_id, storage_path in _expired_local_candidates(now):
+        if counts["evicted"] >= limit:
+            break
+        path = _under_root(root, storage_path)
+        if path is None:
             counts["skipped_outside_root"] += 1
             continue
-        if not dry_run:
+        if dry_run:
+            counts["evicted"] += 1
+        elif _evict_if_still_expired(session_id, storage_path, now=now):
             shutil.rmtree(path, ignore_errors=True)
-            mark_session_storage_evicted(session_id=session.session_id, tenant_id=None)
-        counts["evicted"] += 1
+            counts["evicted"] += 1
     return counts
+
+
+def _expired_local_candidates(now: datetime) -> list[tuple[str, str | None]]:
+    expired = Session.objects.filter(storage_kind=StorageKind.LOCAL, expires_at__lte=now)
+    return list(expired.order_by("updated_at", "session_id").values_list("pk", "storage_path"))
+
+
+def _under_root(root: Path, storage_path: str | None) -> Path | None:
+    """The resolved directory if it lies strictly inside `root` (symlinks and `..` resolved
+    first), else None."""
+    if not storage_path or not Path(storage_path).is_absolute():
+        return None
+    path = Path(storage_path).resolve()
+    return path if root in path.parents else None
+
+
+def _evict_if_still_expired(session_id: str, storage_path: str | None, *, now: datetime) -> bool:
+    with transaction.atomic():
+        session = lock_session(session_id)
+        still_expired = (
+            session is not None
+            and session.storage_kind == StorageKind.LOCAL
+            and session.storage_path == storage_path
+            and session.expires_at is not None
+            and session.expires_at <= now
+        )
+        if session is None or not still_expired:
+            return False
+        _evict_locked(session)
+    return True

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from agentrun.errors import conflict
+from agentrun.errors import conflict, not_found
 from runs.models import Run
-from sessions.locks import lock_session
+from sessions.locks import lock_or_insert_session, lock_session
 from sessions.models import ExecutionState, Session
 from sessions.versions import next_session_version
 
@@ -28,11 +28,13 @@ def title_from_text(text: Any) -> str | None:
 
 
 def check_boundary(session: Session, *, tenant_id: str, project_id: str, backend: str) -> None:
-    """A session belongs to one tenant, project and backend: a run from another is a 409."""
+    """A session belongs to one tenant, project and backend: a run from another project or
+    backend is a 409; from another tenant, the session does not exist for it (404)."""
+    if session.tenant_id != tenant_id:
+        raise not_found("session", session.session_id)
     mismatched = [
         name
         for name, mine, theirs in (
-            ("tenant_id", session.tenant_id, tenant_id),
             ("project_id", session.project_id, project_id),
             ("backend_profile", session.backend_profile, backend),
         )
@@ -54,12 +56,10 @@ def ensure_session_for_run_locked(
     completed from the session (seed `resolveSessionForRun`). Locks the session row."""
     session_id = session_ref["session_id"]
     session = lock_session(session_id)
-    if session is not None:
-        check_boundary(session, tenant_id=tenant_id, project_id=project_id, backend=backend_profile)
-    else:
+    if session is None:
         now = timezone.now()
         metadata = session_ref.get("metadata") or {}
-        session = Session.objects.create(
+        new = Session(
             session_id=session_id,
             tenant_id=tenant_id,
             project_id=project_id,
@@ -74,6 +74,9 @@ def ensure_session_for_run_locked(
             created_at=now,
             updated_at=now,
         )
+        # Another run or turn may be creating the same session right now.
+        session, _ = lock_or_insert_session(new)
+    check_boundary(session, tenant_id=tenant_id, project_id=project_id, backend=backend_profile)
     return {
         **session_ref,
         "conversation_id": session_ref.get("conversation_id") or session.conversation_id,
@@ -90,8 +93,12 @@ def touch_session_for_run_locked(run: Run, *, bump: bool, **changes: Any) -> Ses
     if session is None:
         return None
     now = timezone.now()
-    if changes.get("title") is not None and session.title:
-        changes.pop("title")  # the title comes from the first turn and stays
+    # A change of execution state is always visible (a claim moving idle to running).
+    bump = bump or changes.get("execution_state", session.execution_state) != (
+        session.execution_state
+    )
+    if "title" in changes and (changes["title"] is None or session.title):
+        changes.pop("title")  # the title comes from the first turn with text, and stays
     for name, value in changes.items():
         setattr(session, name, value)
     session.last_activity_at = changes.get("last_activity_at") or now
@@ -153,15 +160,12 @@ def project_run_terminal_locked(run: Run) -> None:
     clobber a newer turn."""
     if run.session_id is None:
         return
-    current = (
-        Session.objects.filter(pk=run.session_id).values("active_run_id", "last_run_id").first()
-    )
+    # Decide under the session lock: read unlocked, an admission committing a newer turn
+    # in between would be overwritten.
+    current = lock_session(run.session_id)
     if current is None:
         return
-    if current["active_run_id"] not in (None, run.id) or current["last_run_id"] not in (
-        None,
-        run.id,
-    ):
+    if current.active_run_id not in (None, run.id) or current.last_run_id not in (None, run.id):
         return
     project_turn_terminal_locked(
         run, command_id=None, terminal_status=run.status, failure_kind=run.failure_kind

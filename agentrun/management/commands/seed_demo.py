@@ -46,6 +46,8 @@ class Command(BaseCommand):
             )
         )
         run = admission.run
+        if run is None:  # a new session is idle: its first turn is never queued
+            raise CommandError(f"the demo turn was {admission.disposition}, not started")
         self.stdout.write(f"demo turn filed: session {session_id}, run {run.id}")
         if options["wait"] <= 0:
             return

@@ -1,0 +1,245 @@
+"""Serializers of the work-queue API: strict plain serializers in, model serializers out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from agentrun.pagination import MAX_PAGE_SIZE
+from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
+from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
+from queues.selectors import is_unread
+from queues.services.tasks import TaskSpec
+from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, SessionRefIn, WorkspaceRefIn
+from runs.models import FailureKind
+
+MAX_PRIORITY = 1_000_000
+MAX_REFERENCES = 100
+MAX_VERSION = 2**63 - 1
+
+# ---- input ---------------------------------------------------------------------------
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer: `5` is, `5.0`, `"5"` and `true` are not (DRF accepts all three)."""
+
+    default_error_messages = {"invalid": "must be a JSON integer"}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+class TaskCreateIn(StrictSerializer):
+    tenant_id = IdField(required=False, help_text="Operator keys only.")
+    project_id = IdField()
+    queue = IdField(default="default")
+    lane = IdField(default="default")
+    title = serializers.CharField(max_length=500)
+    priority = StrictIntegerField(min_value=0, max_value=MAX_PRIORITY, default=0)
+    backend_profile = IdField()
+    provider_id = IdField()
+    workspace_ref = WorkspaceRefIn()
+    session_ref = SessionRefIn(required=False, allow_null=True)
+    execution_policy = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
+    resource_bundle_ref = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, allow_null=True)
+    payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX)
+    references = serializers.ListField(
+        child=BoundedJSONObjectField(max_bytes=REF_MAX),
+        max_length=MAX_REFERENCES,
+        required=False,
+        default=list,
+    )
+    metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
+    idempotency_key = IdField(required=False, allow_null=True)
+    # Queue tasks dispatch a runner by default; `"dispatch": null` asks for none.
+    dispatch = BoundedJSONObjectField(
+        max_bytes=REF_MAX, required=False, allow_null=True, default=dict
+    )
+
+    def spec(self) -> TaskSpec:
+        data = {k: v for k, v in self.validated_data.items() if k != "tenant_id"}
+        data["workspace_ref"] = dict(data["workspace_ref"])
+        if data.get("session_ref") is not None:
+            data["session_ref"] = dict(data["session_ref"])
+        return TaskSpec(**data)
+
+
+class TaskListQuery(StrictSerializer):
+    queue = IdField(required=False)
+    state = serializers.ChoiceField(choices=TaskState.values, required=False)
+    lane = IdField(required=False)
+    reader_id = IdField(required=False)
+    page = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False)
+    page_size = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, required=False)
+    changed_after = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_VERSION,
+        required=False,
+        error_messages={"invalid": "a change-feed cursor is a task version number"},
+    )
+    limit = serializers.IntegerField(min_value=1, max_value=500, required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        feed = "changed_after" in attrs
+        for name in ("page", "page_size") if feed else ("limit",):
+            if name in attrs:
+                other = "changed_after" if feed else "page"
+                raise serializers.ValidationError(
+                    {
+                        name: [
+                            f"not with {other}: the change feed pages by version, the "
+                            "backlog by page number"
+                        ]
+                    }
+                )
+        return attrs
+
+
+class TaskQuery(StrictSerializer):
+    reader_id = IdField(required=False)
+
+
+class AttemptsQuery(StrictSerializer):
+    after_retry_index = serializers.IntegerField(min_value=-1, max_value=2**31 - 1, default=-1)
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, default=100)
+
+
+class QueueQuery(StrictSerializer):
+    queue = IdField(required=False)
+
+
+class CommanderQuery(StrictSerializer):
+    queue = IdField(required=False)
+    reader_id = IdField(required=False)
+
+
+class TaskCancelIn(StrictSerializer):
+    reason = serializers.CharField(max_length=2000, required=False, default="cancel requested")
+
+
+class TaskReadIn(StrictSerializer):
+    reader_id = IdField()
+
+
+class RetryIn(StrictSerializer):
+    idempotency_key = IdField()
+    reason = serializers.CharField(max_length=2000)
+    dry_run = serializers.BooleanField(required=False, default=False)
+
+
+class ActivateIn(StrictSerializer):
+    """No fields: the reserved attempt already names its run."""
+
+
+class AttemptFailureIn(StrictSerializer):
+    failure_kind = serializers.ChoiceField(choices=FailureKind.values)
+    failure_message = serializers.CharField(max_length=4000)
+
+
+# ---- output --------------------------------------------------------------------------
+
+
+class TaskOut(serializers.ModelSerializer[QueueTask]):
+    unread = serializers.SerializerMethodField()
+
+    class Meta:
+        model = QueueTask
+        exclude: list[str] = []
+
+    def get_unread(self, task: QueueTask) -> bool | None:
+        return is_unread(task)
+
+
+class TaskPageOut(serializers.Serializer[Any]):
+    items = TaskOut(many=True)
+    total = serializers.IntegerField()
+    page = serializers.IntegerField()
+    page_size = serializers.IntegerField()
+
+
+class TaskFeedOut(serializers.Serializer[Any]):
+    items = TaskOut(many=True)
+    next_changed_after = serializers.IntegerField()
+
+
+class AttemptOut(serializers.ModelSerializer[QueueAttempt]):
+    task_id = serializers.CharField()
+
+    class Meta:
+        model = QueueAttempt
+        fields = [
+            "task_id",
+            "attempt_id",
+            "retry_index",
+            "state",
+            "idempotency_key",
+            "reason",
+            "payload_hash",
+            "previous_attempt_id",
+            "run_id",
+            "command_id",
+            "runner_job_id",
+            "session_id",
+            "session_path",
+            "failure_kind",
+            "failure_message",
+            "created_at",
+            "updated_at",
+            "activated_at",
+            "terminal_at",
+        ]
+
+
+class AttemptPageOut(serializers.Serializer[Any]):
+    task_id = serializers.CharField()
+    items = AttemptOut(many=True)
+    count = serializers.IntegerField()
+
+
+class TaskCancelOut(serializers.Serializer[Any]):
+    changed = serializers.BooleanField()
+    task = TaskOut()
+
+
+class TaskReadCursorOut(serializers.ModelSerializer[QueueReadCursor]):
+    task_id = serializers.CharField()
+
+    class Meta:
+        model = QueueReadCursor
+        fields = ["task_id", "reader_id", "task_version", "read_at"]
+
+
+class ReservationOut(serializers.Serializer[Any]):
+    task = TaskOut()
+    attempt = AttemptOut(allow_null=True)
+    retry_index = serializers.IntegerField()
+    created = serializers.BooleanField()
+    replayed = serializers.BooleanField()
+    dry_run = serializers.BooleanField()
+
+
+class ActivationOut(serializers.Serializer[Any]):
+    task = TaskOut()
+    attempt = AttemptOut()
+    activated = serializers.BooleanField()
+
+
+class QueueStatsOut(serializers.Serializer[Any]):
+    queue = serializers.CharField(allow_null=True)
+    total = serializers.IntegerField()
+    by_state = serializers.DictField(child=serializers.IntegerField())
+    by_lane = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()))
+    oldest_pending_at = serializers.DateTimeField(allow_null=True)
+    oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
+    generated_at = serializers.DateTimeField()
+
+
+class CommanderOut(serializers.Serializer[Any]):
+    queue = serializers.CharField(allow_null=True)
+    reader_id = serializers.CharField(allow_null=True)
+    stats = QueueStatsOut()
+    items = TaskOut(many=True)
+    generated_at = serializers.DateTimeField()

@@ -1,0 +1,244 @@
+"""The work queue: tasks, their attempts, and readers' cursors (seed migrations 004, 010, 014).
+
+Table, column and constraint names are the seed's (`agentrun_queue_tasks`,
+`agentrun_queue_attempts`, `agentrun_queue_read_cursors`) so an existing database can be
+adopted. A task is the backlog item a client filed; each time agentrun turns it into a
+run that is an *attempt* (`retry_index` 0, 1, …). The task row carries a projection of
+its latest attempt (`latest_attempt`) and a `version` from one global sequence
+(`agentrun_queue_version_seq`), bumped on every visible change, so `version > cursor`
+is a change feed (see `queues.versions`). Every write goes through `queues.services`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models.fields.json import KT
+from django.utils import timezone
+
+
+class TaskState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    CANCELLED = "cancelled"
+
+
+class AttemptState(models.TextChoices):
+    RESERVED = "reserved"
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES = frozenset({"completed", "failed", "blocked", "cancelled"})
+RETRYABLE_TASK_STATES = frozenset({"failed", "blocked"})
+# The seed's "one active attempt per task" fence: reserved (a retry waiting to be
+# activated) or running. A terminal attempt is immutable.
+ACTIVE_ATTEMPT_STATES = ("reserved", "running")
+
+
+class QueueTask(models.Model):
+    id = models.TextField(primary_key=True)
+    tenant_id = models.TextField()
+    project_id = models.TextField()
+    queue = models.TextField()
+    lane = models.TextField()
+    title = models.TextField()
+    priority = models.IntegerField()
+    state = models.TextField(choices=TaskState.choices, default=TaskState.PENDING)
+    version = models.BigIntegerField()
+    backend_profile = models.TextField()
+    provider_id = models.TextField(null=True, blank=True)
+    workspace_ref = models.JSONField(null=True, blank=True)
+    session_ref = models.JSONField(null=True, blank=True)  # seed migration 010
+    execution_policy = models.JSONField(null=True, blank=True)
+    resource_bundle_ref = models.JSONField(null=True, blank=True)
+    payload = models.JSONField()
+    payload_hash = models.TextField()
+    references = models.JSONField(db_column="references_json", default=list)
+    metadata = models.JSONField(default=dict)
+    idempotency_key = models.TextField(null=True, blank=True)
+    latest_attempt = models.JSONField(null=True, blank=True)
+    session_path = models.TextField(null=True, blank=True)
+    # Beyond the seed: the runner dispatch request of the task's turns (`{}` = the default
+    # launcher; SQL NULL = no dispatch), as SPEC §2 lets queue tasks say `"dispatch": null`.
+    dispatch = models.JSONField(null=True, blank=True, default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agentrun_queue_tasks"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant_id", "project_id", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="agentrun_queue_tasks_idempotency_idx",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state__in=TaskState.values),
+                name="agentrun_queue_tasks_state_check",
+            ),
+        ]
+        indexes = [
+            # The seed's list and change-feed indexes (names shortened to Django's 30).
+            models.Index(
+                fields=["queue", "state", "version", "priority", "created_at"],
+                name="agentrun_qtasks_list_idx",
+            ),
+            models.Index(fields=["version", "updated_at"], name="agentrun_qtasks_updated_idx"),
+            # The scheduler's claim order over pending tasks only.
+            models.Index(
+                fields=["-priority", "created_at", "id"],
+                condition=models.Q(state="pending"),
+                name="agentrun_qtasks_pending_idx",
+            ),
+            # Per-queue running counts (the concurrency limit).
+            models.Index(
+                fields=["queue"],
+                condition=models.Q(state="running"),
+                name="agentrun_qtasks_running_idx",
+            ),
+            # A session's queued and running turns, in order.
+            models.Index(
+                KT("session_ref__session_id"),
+                "created_at",
+                condition=models.Q(state__in=["pending", "running"]),
+                name="agentrun_qtasks_session_idx",
+            ),
+            models.Index(
+                fields=["tenant_id", "-priority", "created_at"], name="agentrun_qtasks_tenant_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def session_id(self) -> str | None:
+        ref = self.session_ref
+        value = ref.get("session_id") if isinstance(ref, dict) else None
+        return value if isinstance(value, str) and value else None
+
+
+class QueueAttempt(models.Model):
+    """One try at a task. Not registered in admin: Django admin does not support composite
+    primary keys; the task's admin page shows its attempts instead."""
+
+    pk = models.CompositePrimaryKey("task_id", "attempt_id")
+    attempt_id = models.TextField()
+    task = models.ForeignKey(
+        QueueTask, on_delete=models.CASCADE, related_name="attempts", db_index=False
+    )
+    retry_index = models.IntegerField()
+    state = models.TextField(choices=AttemptState.choices)
+    idempotency_key = models.TextField(null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+    payload_hash = models.TextField()
+    previous_attempt_id = models.TextField(null=True, blank=True)
+    # Plain text, not foreign keys (as in the seed): a reserved attempt names the run id it
+    # will create when it is activated.
+    run_id = models.TextField(null=True, blank=True)
+    command_id = models.TextField(null=True, blank=True)
+    runner_job_id = models.TextField(null=True, blank=True)
+    session_id = models.TextField(null=True, blank=True)
+    session_path = models.TextField(null=True, blank=True)
+    failure_kind = models.TextField(null=True, blank=True)
+    failure_message = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    terminal_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agentrun_queue_attempts"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "retry_index"],
+                name="agentrun_queue_attempts_task_id_retry_index_key",
+            ),
+            models.UniqueConstraint(
+                fields=["task", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="agentrun_queue_attempts_retry_key_idx",
+            ),
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=models.Q(state__in=ACTIVE_ATTEMPT_STATES),
+                name="agentrun_queue_attempts_active_idx",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(retry_index__gte=0),
+                name="agentrun_queue_attempts_retry_index_check",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state__in=AttemptState.values),
+                name="agentrun_queue_attempts_state_check",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["task", "-retry_index", "-created_at"],
+                name="agentrun_qattempts_history_idx",
+            ),
+            # The projector's lookup of a session run's attempt (see projection.task_id_of).
+            models.Index(
+                fields=["run_id"],
+                condition=models.Q(run_id__isnull=False),
+                name="agentrun_qattempts_run_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}/{self.attempt_id}#{self.retry_index} {self.state}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def as_ref(self) -> dict[str, Any]:
+        """The `latest_attempt` projection the task row carries."""
+        return {
+            "attempt_id": self.attempt_id,
+            "retry_index": self.retry_index,
+            "state": self.state,
+            "run_id": self.run_id,
+            "command_id": self.command_id,
+            "runner_job_id": self.runner_job_id,
+            "session_id": self.session_id,
+            "session_path": self.session_path,
+            "failure_kind": self.failure_kind,
+            "failure_message": self.failure_message,
+        }
+
+
+class QueueReadCursor(models.Model):
+    """How far a reader has read a task: its version at their last mark. Not registered in
+    admin (composite primary key)."""
+
+    pk = models.CompositePrimaryKey("task_id", "reader_id")
+    task = models.ForeignKey(
+        QueueTask, on_delete=models.CASCADE, related_name="read_cursors", db_index=False
+    )
+    reader_id = models.TextField()
+    task_version = models.BigIntegerField()
+    read_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_queue_read_cursors"
+        indexes = [models.Index(fields=["reader_id"], name="agentrun_qcursors_reader_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}/{self.reader_id}@{self.task_version}"

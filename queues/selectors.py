@@ -1,0 +1,177 @@
+"""Reads of the work queue: scoped lists, the change feed, attempts, stats, commander.
+
+Every read starts from `tasks_for(api_key=…)`: a client sees its tenant's tasks, an
+operator every tenant's; anything else is a 404. Two list orders, never mixed:
+
+- the backlog (`list_tasks`): by priority (highest first), then age, page-numbered;
+- the change feed (`task_feed`): tasks whose version is above `changed_after`, in version
+  order. It first settles the version feed (`queues.versions`), so walking it never skips
+  a change that commits late. (The seed paged its priority order with a version cursor,
+  which skips tasks; that is not copied.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    Count,
+    F,
+    IntegerField,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agentrun.errors import not_found
+from agentrun.models import ApiKey, ApiKeyRole
+from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
+from queues.versions import settle_feed
+
+COMMANDER_SIZE = 20
+BACKLOG_ORDER = ("-priority", "created_at", "id")
+
+
+def tasks_for(*, api_key: ApiKey) -> QuerySet[QueueTask]:
+    tasks = QueueTask.objects.all()
+    if api_key.role == ApiKeyRole.OPERATOR:
+        return tasks
+    return tasks.filter(tenant_id=api_key.tenant_id)
+
+
+def get_task_for(*, api_key: ApiKey, task_id: str, reader_id: str | None = None) -> QueueTask:
+    task = with_read_version(tasks_for(api_key=api_key), reader_id).filter(pk=task_id).first()
+    if task is None:
+        raise not_found("queue task", task_id)
+    return task
+
+
+def with_read_version(tasks: QuerySet[QueueTask], reader_id: str | None) -> QuerySet[QueueTask]:
+    """Annotate `read_version`: the version the reader last marked read (0 if never;
+    None when no reader is named)."""
+    if reader_id is None:
+        return tasks.annotate(read_version=Value(None, output_field=BigIntegerField()))
+    marked = QueueReadCursor.objects.filter(task=OuterRef("pk"), reader_id=reader_id)
+    return tasks.annotate(
+        read_version=Coalesce(Subquery(marked.values("task_version")[:1]), Value(0))
+    )
+
+
+def is_unread(task: QueueTask) -> bool | None:
+    read_version = getattr(task, "read_version", None)
+    return None if read_version is None else task.version > read_version
+
+
+def filtered(
+    scope: QuerySet[QueueTask], *, queue: str | None, state: str | None, lane: str | None
+) -> QuerySet[QueueTask]:
+    if queue:
+        scope = scope.filter(queue=queue)
+    if state:
+        scope = scope.filter(state=TaskState(state))
+    if lane:
+        scope = scope.filter(lane=lane)
+    return scope
+
+
+def in_queue(scope: QuerySet[QueueTask], queue: str | None) -> QuerySet[QueueTask]:
+    return filtered(scope, queue=queue, state=None, lane=None)
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    items: list[QueueTask]
+    total: int
+    page: int
+    page_size: int
+
+
+def list_tasks(
+    *, tasks: QuerySet[QueueTask], reader_id: str | None, page: int, page_size: int
+) -> TaskPage:
+    """One page of the backlog, by priority then age (two queries: count and page)."""
+    total = tasks.count()
+    start = (page - 1) * page_size
+    ordered = with_read_version(tasks, reader_id).order_by(*BACKLOG_ORDER)
+    return TaskPage(list(ordered[start : start + page_size]), total, page, page_size)
+
+
+@dataclass(frozen=True)
+class FeedPage:
+    items: list[QueueTask]
+    next_changed_after: int
+
+
+def task_feed(
+    *, tasks: QuerySet[QueueTask], reader_id: str | None, changed_after: int, limit: int
+) -> FeedPage:
+    """Tasks changed after version `changed_after`, oldest change first, and the version to
+    continue from. Takes the feed lock exclusively first (waits for writers in flight)."""
+    with transaction.atomic():
+        settle_feed()
+        changed = with_read_version(tasks.filter(version__gt=changed_after), reader_id)
+        items = list(changed.order_by("version")[:limit])
+    return FeedPage(items, items[-1].version if items else changed_after)
+
+
+def attempts_of(*, task: QueueTask, after_retry_index: int, limit: int) -> list[QueueAttempt]:
+    """A task's attempt history in retry order, after `after_retry_index`."""
+    attempts = QueueAttempt.objects.filter(task=task, retry_index__gt=after_retry_index)
+    return list(attempts.order_by("retry_index")[:limit])
+
+
+def queue_stats(*, tasks: QuerySet[QueueTask], queue: str | None) -> dict[str, Any]:
+    """Counts by state and by lane (and state), and the oldest pending task's age."""
+    by_state = {state: 0 for state in TaskState.values}
+    by_lane: dict[str, dict[str, int]] = {}
+    rows = tasks.values_list("lane", "state").annotate(count=Count("id")).order_by()
+    for lane, state, count in rows:
+        by_state[state] = by_state.get(state, 0) + count
+        lane_counts = by_lane.setdefault(lane, {"total": 0})
+        lane_counts[state] = count
+        lane_counts["total"] += count
+    oldest = tasks.filter(state="pending").aggregate(at=Min("created_at"))["at"]
+    now = timezone.now()
+    return {
+        "queue": queue,
+        "total": sum(by_state.values()),
+        "by_state": by_state,
+        "by_lane": dict(sorted(by_lane.items())),
+        "oldest_pending_at": oldest,
+        "oldest_pending_age_seconds": _age(oldest, now),
+        "generated_at": now,
+    }
+
+
+def _age(since: datetime | None, now: datetime) -> float | None:
+    return None if since is None else round((now - since).total_seconds(), 3)
+
+
+def commander(*, tasks: QuerySet[QueueTask], reader_id: str | None) -> list[QueueTask]:
+    """The tasks that most need the reader's attention: unread failures and blocks first
+    (every failure is unread without a reader), then running, then pending; within each,
+    by priority then age. Read failures and finished tasks are left out."""
+    read = with_read_version(tasks, reader_id)
+    unread_failure = Q(state__in=["failed", "blocked"]) & Q(
+        version__gt=Coalesce(F("read_version"), Value(0))
+    )
+    attention = Case(
+        When(unread_failure, then=Value(0)),
+        When(state="running", then=Value(1)),
+        When(state="pending", then=Value(2)),
+        default=Value(3),
+        output_field=IntegerField(),
+    )
+    ranked = read.annotate(attention=attention).filter(attention__lt=3)
+    return list(ranked.order_by("attention", *BACKLOG_ORDER)[:COMMANDER_SIZE])

@@ -1,0 +1,150 @@
+"""The projector: a task's run ends, so do its attempt and (if it is the latest) the task
+(seed `updateQueueTaskAttempt` / `upsertQueueAttemptProjection`).
+
+The runs services call in here from inside their own transactions, holding the run lock:
+`on_run_terminal_locked` at the end of `terminalize_run_locked` (every run terminal path
+goes through it) and `on_command_cancelled_locked` when `cancel_command` cancels a turn
+command. A run names its task in `trace_sink.task_id` (a queued session turn is found
+through its attempt instead, see `task_id_of`); the projector then locks the task
+and the attempt that ran this run (run → task → attempt, the queue's lock order) and moves
+both to the run's outcome: `completed`, `failed`, `blocked` or `cancelled`, with the run's
+failure kind and message. A terminal attempt is immutable, so a second report changes
+nothing; an attempt that is no longer the task's latest does not move the task.
+
+`reconcile_projections` is the safety net for runs that ended without reaching the
+projector (a turn a client admitted with the queued turn's key, a run terminalised before
+this code existed): one short transaction per task, run lock first.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.db.models.fields.json import KT
+from django.utils import timezone
+
+from queues.locks import lock_attempt_of_run, lock_task_if_exists
+from queues.models import QueueAttempt, QueueTask
+from queues.services.transitions import finish_attempt_locked, move_task_locked
+from queues.wakeup import wake_scheduler
+from runs.locks import lock_run
+from runs.models import TERMINAL_RUN_STATUSES, Command, Run
+
+
+def task_id_of(run: Run) -> str | None:
+    """The task a run belongs to: the one its `trace_sink` names, else, for a session run,
+    the task of the attempt that ran it (a queued session turn is admitted with its
+    client's own trace sink; see `queues.services.turns`)."""
+    sink = run.trace_sink
+    task_id = sink.get("task_id") if isinstance(sink, dict) else None
+    if isinstance(task_id, str) and task_id:
+        return task_id
+    if run.session_id is None:
+        return None
+    attempt = QueueAttempt.objects.filter(run_id=run.id).values_list("task_id", flat=True)
+    return attempt.first()
+
+
+def on_run_terminal_locked(run: Run) -> None:
+    """Project a terminal run onto its task and attempt. Needs the run lock; takes the task
+    and attempt locks and a task version. After commit, wakes the scheduler when the run
+    freed a queue slot or its session has queued turns waiting."""
+    task_id = task_id_of(run)
+    if task_id is not None:
+        project_outcome_locked(
+            task_id,
+            run_id=run.id,
+            state=run.status,
+            failure_kind=run.failure_kind,
+            failure_message=run.failure_message or run.cancel_reason,
+        )
+    if task_id is not None or (run.session_id and has_queued_turns(run.session_id)):
+        transaction.on_commit(wake_scheduler)
+
+
+def on_command_cancelled_locked(run: Run, command: Command) -> None:
+    """A task's turn command was cancelled on its own: its attempt and task are
+    cancelled. Needs the run lock (and the command's)."""
+    task_id = task_id_of(run)
+    if task_id is None or command.type != "turn":
+        return
+    project_outcome_locked(
+        task_id,
+        run_id=run.id,
+        command_id=command.id,
+        state="cancelled",
+        failure_kind="cancelled",
+        failure_message=command.cancel_reason,
+    )
+    transaction.on_commit(wake_scheduler)
+
+
+def project_outcome_locked(
+    task_id: str,
+    *,
+    run_id: str,
+    state: str,
+    failure_kind: str | None,
+    failure_message: str | None,
+    command_id: str | None = None,
+) -> bool:
+    """Move the attempt that ran `run_id` (and `command_id`, if given) to `state`, and the
+    task too when that attempt is its latest. Needs the run lock; locks task, attempt.
+    Returns whether anything changed."""
+    if state not in TERMINAL_RUN_STATUSES:
+        return False
+    task = lock_task_if_exists(task_id)
+    attempt = lock_attempt_of_run(task, run_id) if task is not None else None
+    if task is None or attempt is None:
+        return False
+    if command_id is not None and attempt.command_id != command_id:
+        return False
+    if not finish_attempt_locked(
+        attempt, state=state, failure_kind=failure_kind, failure_message=failure_message
+    ):
+        return False  # already terminal: immutable
+    latest = (task.latest_attempt or {}).get("attempt_id")
+    if task.is_terminal or latest != attempt.attempt_id:
+        return True
+    cancelled = state == "cancelled"
+    move_task_locked(
+        task,
+        state=state,
+        attempt=attempt,
+        cancelled_at=timezone.now() if cancelled else None,
+        cancel_reason=failure_message if cancelled else None,
+    )
+    return True
+
+
+def has_queued_turns(session_id: str) -> bool:
+    """Whether a pending task waits for this session."""
+    pending = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
+    return pending.filter(sid=session_id, state="pending").exists()
+
+
+def reconcile_projections(*, limit: int) -> int:
+    """Project up to `limit` running tasks whose latest run is already terminal.
+
+    Locks per task, one transaction each: the run, then the task and attempt. Safe on many
+    workers at once: a task settled by another is left as it is. Returns how many moved.
+    """
+    ended = Run.objects.filter(pk=OuterRef("run_id"), status__in=TERMINAL_RUN_STATUSES)
+    stale = (
+        QueueTask.objects.filter(state="running")
+        .annotate(run_id=KT("latest_attempt__run_id"))
+        .filter(Exists(ended))
+        .values_list("id", "run_id")[:limit]
+    )
+    moved = 0
+    for task_id, run_id in list(stale):
+        with transaction.atomic():
+            run = lock_run(run_id)
+            moved += project_outcome_locked(
+                task_id,
+                run_id=run.id,
+                state=run.status,
+                failure_kind=run.failure_kind,
+                failure_message=run.failure_message or run.cancel_reason,
+            )
+    return moved

@@ -32,8 +32,9 @@ BEAT_SCHEDULE["reconcile-runner-jobs"] = every(
 # the next; this catches lost wake-ups and retries coming due after a broker outage. An
 # empty claim reads only the pending index, so every 5 s is cheap.
 BEAT_SCHEDULE["outbox-relay"] = every(5, "outbox.relay_batch", queue="outbox")
-# Retention is counted in days: hourly pruning keeps each run to a few bounded batches.
-BEAT_SCHEDULE["outbox-prune"] = every(3600, "outbox.prune", queue="maintenance")
+# Retention is counted in days, so minutes of lag do not matter; every 5 min keeps each run
+# to a few bounded delete batches (a run that leaves more chains the next one).
+BEAT_SCHEDULE["outbox-prune"] = every(300, "outbox.prune", queue="maintenance")
 
 # Work queue. On-commit wake-ups start new tasks at once and run again when a task's run
 # ends; this starts what they miss (a lost wake-up, a session whose turn ended without a

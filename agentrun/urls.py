@@ -15,4 +15,5 @@ urlpatterns = [
     path("api/v1/dispatch/", include("dispatch.api.urls")),
     path("api/v1/", include("sessions.api.urls")),
     path("api/v1/", include("queues.api.urls")),
+    path("api/v1/outbox/", include("outbox.api.urls")),
 ]

@@ -20,6 +20,7 @@ from django.utils import timezone
 from agentrun.errors import AgentRunError, stale_lease
 from agentrun.ids import new_id
 from agentrun.redaction import redact_json
+from outbox.services.record import record_outbox_locked
 from runs.locks import lock_run
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
 from runs.services.fencing import late_write_payload, stale_claim_reason
@@ -75,6 +76,7 @@ def append_events_locked(
             )
         )
     Event.objects.bulk_create(rows)
+    record_outbox_locked(run=run, events=rows)  # same transaction; a no-op when the outbox is off
     record_event_activity_locked(run, last_seq=rows[-1].seq)
     notify_run_change(run.id)
     return rows

@@ -1,0 +1,2 @@
+"""Writes of the outbox app, by action family: `record` (the write path inside the event's
+transaction), `relay` (claim, produce, settle) and `prune` (retention)."""

@@ -1,0 +1,96 @@
+"""Recording outbox records in the event's own transaction (seed `appendEventWithLockedRun`).
+
+`record_outbox_locked` is not a service of its own: `runs.services.events` calls it right
+after it inserts a batch of events, inside the caller's transaction and under the run's
+row lock, so the records commit or roll back with their events. Per call it takes one
+advisory lock, draws one batch of sequence values and makes one bulk insert, whatever the
+number of events. With the outbox disabled it returns at once and writes nothing.
+
+After commit, one Celery task per transaction wakes the relay (`outbox.relay_batch`), so a
+record is picked up at once rather than at the next beat tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from agentrun.ids import new_id
+from outbox.cloudevents import cloud_event, message_headers, partition_key_for
+from outbox.kafka import outbox_enabled, outbox_topic
+from outbox.locks import lock_outbox_key, reserve_outbox_seqs
+from outbox.models import KafkaEventOutbox
+from outbox.tasks import relay_batch
+from runs.models import Event, Run
+
+logger = logging.getLogger(__name__)
+
+
+def record_outbox_locked(*, run: Run, events: list[Event]) -> list[KafkaEventOutbox]:
+    """Write one outbox record per event. Needs the caller's transaction and run lock.
+
+    Locks: the (topic, partition key) advisory lock, held to commit, taken before the
+    sequence values are drawn. Side effect after commit: the relay is woken.
+    """
+    if not events or not outbox_enabled():
+        return []
+    topic, key = outbox_topic(), partition_key_for(run)
+    lock_outbox_key(topic=topic, partition_key=key)
+    seqs = reserve_outbox_seqs(len(events))
+    now = timezone.now()
+    records = [
+        _record(run=run, event=event, topic=topic, key=key, outbox_seq=seq, now=now)
+        for event, seq in zip(events, seqs, strict=True)
+    ]
+    KafkaEventOutbox.objects.bulk_create(records)
+    _wake_relay_on_commit()
+    return records
+
+
+def _record(
+    *, run: Run, event: Event, topic: str, key: str, outbox_seq: int, now: datetime
+) -> KafkaEventOutbox:
+    source = str(settings.AGENTRUN_KAFKA_SOURCE)
+    value = cloud_event(run=run, event=event, partition_key=key, source=source)
+    return KafkaEventOutbox(
+        id=new_id("obx"),
+        outbox_seq=outbox_seq,
+        event_id=event.id,
+        run=run,
+        source_seq=event.seq,
+        topic=topic,
+        partition_key=key,
+        value=value,
+        headers=message_headers(run=run, event=event, outbox_seq=outbox_seq),
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _wake_relay_on_commit() -> None:
+    """Register one relay wake-up for this transaction, however many appends it makes."""
+    if not settings.AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT:
+        return
+    # Django keeps this transaction's callbacks as (savepoint ids, callback, robust).
+    if any(callback is wake_relay for _, callback, _ in connection.run_on_commit):
+        return
+    transaction.on_commit(wake_relay)
+
+
+def wake_relay() -> None:
+    """Enqueue one relay batch on the outbox queue; runs after commit.
+
+    A wake-up is only an optimisation (beat relays whatever it misses), and the events are
+    committed by now: a Celery broker that cannot be reached is logged, not raised, the
+    message is published without retries so a request never hangs on the broker, and it
+    expires after a minute.
+    """
+    try:
+        relay_batch.apply_async(expires=60, retry=False)
+    except (OperationalError, OSError) as error:
+        logger.warning("outbox relay wake-up not sent (beat will relay): %s", error)

@@ -1,0 +1,156 @@
+"""The write path: an outbox record per event, in the event's own transaction."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from outbox.models import KafkaEventOutbox
+from outbox.services.record import wake_relay
+from runs.models import Event
+from runs.services.commands import create_command
+from tests.outbox.builders import append_logs, claimed_run
+
+
+@pytest.mark.django_db
+def test_each_event_gets_a_record_with_a_cloudevents_envelope_and_headers(
+    outbox_topic: str,
+) -> None:
+    run = claimed_run(tenant_id="tenant-a")
+    command = create_command(run_id=run.id, type="turn", payload={"text": "hi"}).command
+    event = Event.objects.filter(run=run, type="user_message").get()
+    record = KafkaEventOutbox.objects.get(event_id=event.id)
+
+    assert (record.topic, record.partition_key) == (outbox_topic, f"tenant-a:{run.id}")
+    assert (record.run_id, record.source_seq, record.attempt_count) == (run.id, event.seq, 0)
+    assert record.delivered_at is None and record.lease_owner is None
+    value = record.value
+    assert value["specversion"] == "1.0"
+    assert (value["id"], value["subject"]) == (event.id, run.id)
+    assert value["type"] == "agentrun.event.user_message"
+    assert value["datacontenttype"] == "application/json"
+    assert value["source"] and value["time"].endswith("Z")
+    assert value["data"] == {
+        "tenant_id": "tenant-a",
+        "run_id": run.id,
+        "session_id": None,
+        "command_id": command.id,
+        "seq": event.seq,
+        "type": "user_message",
+        "payload": event.payload,
+    }
+    assert record.headers == {
+        "content-type": "application/cloudevents+json; charset=UTF-8",
+        "event_id": event.id,
+        "event_type": "user_message",
+        "run_id": run.id,
+        "seq": str(event.seq),
+        "outbox_seq": str(record.outbox_seq),
+    }
+    # Every event of the run has its record, in seq order along the global sequence.
+    records = KafkaEventOutbox.objects.filter(run=run).order_by("outbox_seq")
+    assert [r.source_seq for r in records] == list(
+        Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)
+    )
+
+
+@pytest.mark.django_db
+def test_a_session_run_is_keyed_by_tenant_and_session(outbox_topic: str) -> None:
+    first = claimed_run(tenant_id="tenant-b", session_id="sess-42")
+    second = claimed_run(tenant_id="tenant-b", session_id="sess-42")
+    append_logs(first, 2)
+    append_logs(second, 2)
+    keys = set(KafkaEventOutbox.objects.values_list("partition_key", flat=True))
+    assert keys == {"tenant-b:sess-42"}
+    record = KafkaEventOutbox.objects.filter(run=second).latest("outbox_seq")
+    assert record.value["data"]["session_id"] == "sess-42"
+
+
+@pytest.mark.django_db
+def test_a_batch_costs_the_same_queries_as_one_event(outbox_topic: str) -> None:
+    run = claimed_run()
+    with CaptureQueriesContext(connection) as one:
+        append_logs(run, 1)
+    with CaptureQueriesContext(connection) as fifty:
+        append_logs(run, 50, start=1)
+    assert len(fifty) == len(one)
+    statements = [query["sql"] for query in fifty.captured_queries]
+    assert sum("pg_advisory_xact_lock" in sql for sql in statements) == 1
+    assert sum("nextval" in sql for sql in statements) == 1
+    assert (
+        sum(sql.startswith('INSERT INTO "agentrun_kafka_event_outbox"') for sql in statements) == 1
+    )
+    assert KafkaEventOutbox.objects.filter(run=run, source_seq__gt=1).count() == 51
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_appended_in_a_rolled_back_transaction_leaves_no_record(
+    outbox_topic: str, settings: SettingsWrapper
+) -> None:
+    run = claimed_run()
+    before = KafkaEventOutbox.objects.count()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        appended = append_logs(run, 3)
+        assert KafkaEventOutbox.objects.filter(event_id=appended[0].id).exists()
+        raise RuntimeError("the caller's transaction fails after the append")
+    assert KafkaEventOutbox.objects.count() == before
+    assert not Event.objects.filter(pk__in=[event.id for event in appended]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_registers_one_relay_wake_up_however_many_appends(
+    outbox_topic: str, settings: SettingsWrapper
+) -> None:
+    settings.AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT = True
+    run = claimed_run()
+    with transaction.atomic():
+        for start in range(3):
+            append_logs(run, 2, start=start * 2)
+        wakes = [cb for _, cb, _ in connection.run_on_commit if cb is wake_relay]
+        assert len(wakes) == 1
+        transaction.set_rollback(True)  # nothing is committed, so nothing is enqueued
+
+
+@pytest.mark.django_db
+def test_with_the_outbox_disabled_no_records_are_written(outbox_off: None) -> None:
+    run = claimed_run()
+    append_logs(run, 5)
+    create_command(run_id=run.id, type="turn", payload={"text": "hi"})
+    assert Event.objects.filter(run=run).count() > 5
+    assert not KafkaEventOutbox.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_writers_of_one_session_key_draw_outbox_seqs_in_commit_order(outbox_topic: str) -> None:
+    """The key lock: a second writer of the key draws its seq only after the first commits,
+    so the relay can never deliver it before an earlier record that is not yet visible."""
+    first, second = (claimed_run(session_id="sess-order") for _ in range(2))
+    drawn = threading.Event()
+    committed_at: dict[str, float] = {}
+
+    def slow_writer() -> None:
+        with transaction.atomic():
+            append_logs(first, 1)
+            drawn.set()
+            time.sleep(0.5)
+        committed_at["first"] = time.monotonic()
+        connection.close()
+
+    thread = threading.Thread(target=slow_writer)
+    thread.start()
+    assert drawn.wait(10)
+    append_logs(second, 1)
+    committed_at["second"] = time.monotonic()
+    thread.join()
+
+    assert committed_at["second"] >= committed_at["first"]
+    last = {
+        run.id: KafkaEventOutbox.objects.filter(run=run).latest("outbox_seq").outbox_seq
+        for run in (first, second)
+    }
+    assert last[second.id] > last[first.id]

@@ -41,3 +41,8 @@ BEAT_SCHEDULE["outbox-prune"] = every(300, "outbox.prune", queue="maintenance")
 # run ending) and projects runs that ended unseen. An idle claim reads only the partial
 # pending index, so every 5 s is cheap.
 BEAT_SCHEDULE["queue-schedule"] = every(5, "queue.schedule_batch", queue="queue")
+
+# Operator doctor: logs impossible states and repairs nothing (`agentrun_doctor --fix` does,
+# once a person has read why). They come from bugs, crashes between systems or hand edits,
+# not from load, so every 10 min is prompt enough; its checks are bounded, indexed reads.
+BEAT_SCHEDULE["doctor-report"] = every(600, "agentrun.doctor_report", queue="maintenance")

@@ -1,13 +1,17 @@
-"""URL configuration: admin, health, the v1 API and its OpenAPI document."""
+"""URL configuration: admin (and its status dashboard), health, metrics, the v1 API and its
+OpenAPI document."""
 
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from agentrun import health
+from agentrun import health, metrics
+from agentrun.admin_site import dashboard_urls
 
 urlpatterns = [
+    *dashboard_urls(),  # /admin/status/, before the admin's own catch-all
     path("admin/", admin.site.urls),
+    path("metrics", metrics.metrics_view, name="metrics"),  # no key: counts only
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),

@@ -1,35 +1,73 @@
 """Admin for runner dispatch intents: an operator's read-only view.
 
-The dispatch services own every intent state, so nothing is editable here; the operator
-issue adds actions (retry intent) that call the services. Terminal intents make up most
-of the table over time: no full COUNT(*) on the changelist.
+The dispatch services own every intent state, so nothing is editable here. The "retry now"
+action calls `dispatch.services.retry_now.retry_intent_now`: an intent waiting after a
+failed launch (or for capacity) becomes due at once; final intents are refused with the
+reason. Terminal intents make up most of the table over time: no full COUNT(*).
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
 
+from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
+from agentrun.admin_console import changelist_link, link, links
 from dispatch.models import RunnerDispatchIntent
-from runs.admin import ReadOnlyAdmin
+from dispatch.services.retry_now import retry_intent_now
+from runs.admin import BigTableAdmin
+
+
+def _retry_now(request: HttpRequest, intent: RunnerDispatchIntent, reason: str) -> Outcome:
+    result = retry_intent_now(intent_id=intent.id, requested_by=operator_id(request))
+    return Outcome(result.changed, result.reason)
 
 
 @admin.register(RunnerDispatchIntent)
-class RunnerDispatchIntentAdmin(ReadOnlyAdmin):
+class RunnerDispatchIntentAdmin(OperatorActionsMixin, BigTableAdmin):
     list_display = [
         "id",
-        "run",
-        "command",
+        "run_link",
+        "command_link",
         "state",
         "attempt_count",
         "next_attempt_at",
         "lease_owner",
         "lease_expires_at",
         "dispatch_outcome",
-        "actual_runner_job_id",
+        "runner_job",
         "updated_at",
     ]
-    list_filter = ["state", "kind", "dispatch_outcome"]
-    search_fields = ["id", "run__id", "command__id", "runner_job_id", "actual_runner_job_id"]
-    list_select_related = ["run", "command"]
-    show_full_result_count = False
+    list_filter = ["state", "kind", "dispatch_outcome", "next_attempt_at", "created_at"]
+    search_fields = ["=id", "=run__id", "=command__id", "=runner_job_id", "=actual_runner_job_id"]
     ordering = ["-created_at"]
+    readonly_fields = ["related"]
+    actions = [
+        service_action(
+            name="retry_intents_now",
+            description="Retry selected intents now (those waiting after a failed attempt)",
+            perform=_retry_now,
+        )
+    ]
+
+    @admin.display(description="run")
+    def run_link(self, intent: RunnerDispatchIntent) -> SafeString:
+        return link("runs_run", intent.run_id)
+
+    @admin.display(description="command")
+    def command_link(self, intent: RunnerDispatchIntent) -> SafeString:
+        return link("runs_command", intent.command_id)
+
+    @admin.display(description="runner job")
+    def runner_job(self, intent: RunnerDispatchIntent) -> SafeString:
+        return link("runs_runnerjob", intent.actual_runner_job_id)
+
+    @admin.display(description="related")
+    def related(self, intent: RunnerDispatchIntent) -> SafeString:
+        return links(
+            link("runs_run", intent.run_id, f"run {intent.run_id}"),
+            link("runs_command", intent.command_id, f"command {intent.command_id}"),
+            link("runs_runnerjob", intent.actual_runner_job_id, "runner job"),
+            changelist_link("runs_event", "run events", run__id__exact=intent.run_id),
+        )

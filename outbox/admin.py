@@ -1,8 +1,10 @@
 """Admin for the outbox: an operator's read-only view of the Kafka outbox records.
 
-The relay services own every column, so nothing is editable here (the operator issue adds
-a requeue action that calls a service). The table is large: the changelist never runs a
-full `COUNT(*)` — its paginator counts at most `CappedCountPaginator.cap` rows.
+The relay services own every column, so nothing is editable here. The "release for
+immediate retry" action calls `outbox.services.release.release_outbox_record` (the record
+and the undelivered records of its key before it become due now; a live lease is left to
+its worker). The table is large: the changelist never runs a full `COUNT(*)`
+(`EstimatedCountPaginator`).
 """
 
 from __future__ import annotations
@@ -10,24 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
-from django.utils.functional import cached_property
+from django.utils.safestring import SafeString
 
+from agentrun.admin_actions import OperatorActionsMixin, Outcome, service_action
+from agentrun.admin_console import link, links
 from outbox.models import KafkaEventOutbox, OutboxState
-from runs.admin import ReadOnlyAdmin
-
-
-class CappedCountPaginator(Paginator):
-    """Counts with `LIMIT cap` (a bounded scan); past the cap, the last page is approximate."""
-
-    cap = 10_000
-
-    @cached_property
-    def count(self) -> int:
-        return int(self.object_list[: self.cap].count())
+from outbox.services.release import release_outbox_record
+from runs.admin import BigTableAdmin
+from runs.models import Event
 
 
 class OutboxStateFilter(admin.SimpleListFilter):
@@ -54,27 +49,51 @@ class OutboxStateFilter(admin.SimpleListFilter):
         return waiting.filter(attempt_count=0)
 
 
+def _release(request: HttpRequest, record: KafkaEventOutbox, reason: str) -> Outcome:
+    result = release_outbox_record(record_id=record.id)
+    if result.released:
+        return Outcome(True, f"due now ({result.released} record(s) of its key released)")
+    return Outcome(False, result.reason)
+
+
 @admin.register(KafkaEventOutbox)
-class KafkaEventOutboxAdmin(ReadOnlyAdmin):
+class KafkaEventOutboxAdmin(OperatorActionsMixin, BigTableAdmin):
     list_display = [
         "id",
         "outbox_seq",
         "topic",
         "partition_key",
-        "run_id",
+        "run_link",
         "source_seq",
         "state",
         "attempt_count",
         "next_attempt_at",
         "delivered_at",
     ]
-    list_filter = [OutboxStateFilter, "topic"]
+    list_filter = [OutboxStateFilter, "topic", "created_at"]
     search_fields = ["=id", "=event_id", "=run__id", "=partition_key"]
-    raw_id_fields = ["run"]
     ordering = ["-outbox_seq"]
-    show_full_result_count = False
-    paginator = CappedCountPaginator
+    readonly_fields = ["related"]
+    actions = [
+        service_action(
+            name="release_outbox_records",
+            description="Release selected records for immediate retry",
+            perform=_release,
+        )
+    ]
 
     @admin.display(description="state")
     def state(self, record: KafkaEventOutbox) -> str:
         return str(record.state_at(timezone.now()).label)
+
+    @admin.display(description="run")
+    def run_link(self, record: KafkaEventOutbox) -> SafeString:
+        return link("runs_run", record.run_id)
+
+    @admin.display(description="related")
+    def related(self, record: KafkaEventOutbox) -> SafeString:
+        event_id = Event.objects.filter(pk=record.event_id).values_list("pk", flat=True).first()
+        return links(
+            link("runs_run", record.run_id, f"run {record.run_id}"),
+            link("runs_event", event_id, f"event #{record.source_seq}"),
+        )

@@ -14,6 +14,7 @@ import time
 import psycopg
 from django.db import connection
 
+from agentrun.metrics import LONG_POLL_WAITERS
 from runs.models import Event
 from runs.services.events import RUN_CHANGE_CHANNEL
 
@@ -29,7 +30,7 @@ def _listen_connection() -> psycopg.Connection[tuple[object, ...]]:
 def wait_for_event(*, run_id: str, after_seq: int, timeout_s: float) -> bool:
     """Return True as soon as the run has an event with seq > after_seq, False on timeout."""
     deadline = time.monotonic() + timeout_s
-    with _listen_connection() as listener:
+    with LONG_POLL_WAITERS.track_inprogress(), _listen_connection() as listener:
         listener.execute(f"LISTEN {RUN_CHANGE_CHANNEL}")
         if Event.objects.filter(run_id=run_id, seq__gt=after_seq).exists():
             return True

@@ -8,4 +8,5 @@
 - `failures`: retry with jittered exponential backoff; terminalise after the last attempt.
 - `launch`: the dispatch step (claim, runner-create fence, capacity, launch, settle).
 - `reconcile`: runner job reconciliation and the retention fence.
+- `retry_now`: an operator makes a waiting intent due at once (admin action).
 """

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from agentrun.auth import issue_api_key
 from agentrun.locks import LockKey, advisory_session_lock
+from agentrun.metrics import count_dispatch
 from agentrun.models import ApiKey
 from dispatch import selectors
 from dispatch.launchers import (
@@ -97,6 +98,7 @@ def dispatch_batch(
     for profile, group in sorted(by_profile.items()):
         with advisory_session_lock(LockKey.RUNNER_CREATE, profile):
             _dispatch_profile(profile, group, launchers or default_launchers(), counts)
+    count_dispatch(counts.as_dict())  # every transaction of the batch has committed
     return counts
 
 

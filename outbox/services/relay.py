@@ -38,6 +38,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentrun.ids import new_id
+from agentrun.metrics import count_relay
 from agentrun.redaction import redact_json
 from outbox.cloudevents import encode_value
 from outbox.kafka import (
@@ -88,7 +89,9 @@ def relay_outbox_batch(*, limit: int | None = None, owner: str | None = None) ->
         return RelayResult()
     outcomes = deliver([message_of(claim) for claim in claims])
     settled = settle_outbox_records(claims=claims, outcomes=outcomes)
-    return RelayResult(len(claims), settled.delivered, settled.retried, settled.refused)
+    result = RelayResult(len(claims), settled.delivered, settled.retried, settled.refused)
+    count_relay(result.as_dict())  # the settle has committed
+    return result
 
 
 def run_relay_loop(

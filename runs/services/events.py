@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from agentrun.errors import AgentRunError, stale_lease
 from agentrun.ids import new_id
+from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
 from outbox.services.record import record_outbox_locked
 from runs.locks import lock_run
@@ -79,6 +80,7 @@ def append_events_locked(
     record_outbox_locked(run=run, events=rows)  # same transaction; a no-op when the outbox is off
     record_event_activity_locked(run, last_seq=rows[-1].seq)
     notify_run_change(run.id)
+    count_events_on_commit(row.type for row in rows)
     return rows
 
 

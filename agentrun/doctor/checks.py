@@ -1,0 +1,173 @@
+"""The doctor's checks: selectors that find impossible states, one kind each.
+
+Every check is a bounded read (at most `limit` findings) over an index the kind needs:
+open intents through the partial open index, leases and live runs through their own
+small sets, outbox leases among undelivered records. None of them writes. A state the
+running system repairs by itself within its normal cadence (a lapsed run lease for the
+reaper, a lapsed outbox lease for the next relay batch) is not reported until it has
+outlived that cadence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models.fields.json import KT
+
+from dispatch.models import OPEN_INTENT_STATES, RunnerDispatchIntent
+from outbox.models import KafkaEventOutbox
+from queues.models import QueueAttempt, QueueTask
+from runs.models import TERMINAL_COMMAND_STATES, TERMINAL_RUN_STATUSES, Lease, Run, RunStatus
+from sessions.models import Session
+
+LIVE_CLAIM_STATUSES = (RunStatus.CLAIMED, RunStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One impossible state: its `kind`, the object to repair, and what is wrong."""
+
+    kind: str
+    object_id: str
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sessions_with_ended_turn(limit: int) -> list[Finding]:
+    """Sessions whose active run is terminal."""
+    status = Run.objects.filter(pk=OuterRef("active_run_id")).values("status")[:1]
+    rows = (
+        Session.objects.filter(active_run_id__isnull=False)
+        .annotate(run_status=Subquery(status))
+        .filter(run_status__in=TERMINAL_RUN_STATUSES)
+        .values_list("session_id", "active_run_id", "run_status")
+        .order_by("session_id")[:limit]
+    )
+    return [
+        Finding("session-active-run-terminal", sid, f"active run {run_id} is {run_status}")
+        for sid, run_id, run_status in rows
+    ]
+
+
+def sessions_with_missing_run(limit: int) -> list[Finding]:
+    """Sessions whose active run does not exist."""
+    rows = (
+        Session.objects.filter(active_run_id__isnull=False)
+        .exclude(Exists(Run.objects.filter(pk=OuterRef("active_run_id"))))
+        .values_list("session_id", "active_run_id")
+        .order_by("session_id")[:limit]
+    )
+    return [
+        Finding("session-active-run-missing", sid, f"active run {run_id} does not exist")
+        for sid, run_id in rows
+    ]
+
+
+def claimed_runs_without_lease(limit: int) -> list[Finding]:
+    """Claimed or running runs with no `agentrun_leases` row (the claim writes both)."""
+    rows = (
+        Run.objects.filter(status__in=LIVE_CLAIM_STATUSES)
+        .exclude(Exists(Lease.objects.filter(run=OuterRef("pk"))))
+        .values_list("id", "status", "claimed_by")
+        .order_by("id")[:limit]
+    )
+    return [
+        Finding("run-claimed-without-lease", run_id, f"{status} by {runner} with no lease row")
+        for run_id, status, runner in rows
+    ]
+
+
+def leases_on_terminal_runs(limit: int) -> list[Finding]:
+    """Lease rows of terminal runs (terminalising deletes the lease)."""
+    rows = (
+        Lease.objects.filter(run__status__in=TERMINAL_RUN_STATUSES)
+        .values_list("run_id", "run__status", "runner_id")
+        .order_by("run_id")[:limit]
+    )
+    return [
+        Finding("lease-on-terminal-run", run_id, f"run is {status}; lease held by {runner}")
+        for run_id, status, runner in rows
+    ]
+
+
+def open_intents_of_ended_runs(limit: int) -> list[Finding]:
+    """Open dispatch intents whose run or command is terminal (no claim takes them)."""
+    rows = (
+        RunnerDispatchIntent.objects.filter(state__in=OPEN_INTENT_STATES)
+        .filter(
+            Q(run__status__in=TERMINAL_RUN_STATUSES) | Q(command__state__in=TERMINAL_COMMAND_STATES)
+        )
+        .values_list("id", "state", "run_id", "run__status", "command__state")
+        .order_by("id")[:limit]
+    )
+    return [
+        Finding(
+            "intent-open-on-terminal-run",
+            intent_id,
+            f"{state} while run {run_id} is {run_status} and its command {command_state}",
+        )
+        for intent_id, state, run_id, run_status, command_state in rows
+    ]
+
+
+def tasks_disagreeing_with_run(limit: int) -> list[Finding]:
+    """Running tasks, or running attempts, whose run is terminal or gone: the projector
+    never saw the run end. Read from the two small sets (running tasks; active attempts),
+    never the whole task history."""
+    ended = Q(run_status__isnull=True) | Q(run_status__in=TERMINAL_RUN_STATUSES)
+    attempts = (
+        QueueAttempt.objects.filter(state="running", run_id__isnull=False)
+        .annotate(run_status=_status_of("run_id"))
+        .filter(ended)
+        .values_list("task_id", "run_id", "run_status")[:limit]
+    )
+    tasks = (
+        QueueTask.objects.filter(state="running")
+        .annotate(run=KT("latest_attempt__run_id"))
+        .filter(run__isnull=False)
+        .annotate(run_status=_status_of("run"))
+        .filter(ended)
+        .values_list("id", "run", "run_status")[:limit]
+    )
+    found = {task_id: (run_id, status) for task_id, run_id, status in [*tasks, *attempts]}
+    return [
+        Finding(
+            "task-disagrees-with-run",
+            task_id,
+            f"still running while its latest run {run_id} is {status or 'missing'}",
+        )
+        for task_id, (run_id, status) in sorted(found.items())[:limit]
+    ]
+
+
+def _status_of(run_id_field: str) -> Subquery:
+    return Subquery(Run.objects.filter(pk=OuterRef(run_id_field)).values("status")[:1])
+
+
+def outbox_leases_lapsed(limit: int, *, now: datetime) -> list[Finding]:
+    """Undelivered records still leased a whole lease period after their lease ended: the
+    worker died and no relay batch has taken them since."""
+    grace = timedelta(milliseconds=int(settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS))
+    rows = (
+        KafkaEventOutbox.objects.filter(
+            delivered_at__isnull=True,
+            lease_owner__isnull=False,
+            lease_expires_at__lt=now - grace,
+        )
+        .values_list("id", "lease_owner", "lease_expires_at")
+        .order_by("outbox_seq")[:limit]
+    )
+    return [
+        Finding(
+            "outbox-lease-lapsed",
+            record_id,
+            f"leased by {owner} until {until.isoformat()}, never settled",
+        )
+        for record_id, owner, until in rows
+    ]

@@ -7,7 +7,7 @@ install_index_link()  # the admin index links to the status dashboard
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = [
         "id",
         "name",

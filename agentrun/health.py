@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import Error as DatabaseError
@@ -22,7 +24,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
         executor = MigrationExecutor(connection)
         pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except DatabaseError as error:
-        body = {"ready": False, "reachable": False, "migrations_applied": False}
+        body: dict[str, Any] = {"ready": False, "reachable": False, "migrations_applied": False}
         body["error"] = {
             "code": "not_ready",
             "failure_kind": "infra-failed",

@@ -14,6 +14,7 @@ nothing in it writes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -154,7 +155,7 @@ def _stale_runners(now: datetime, items: int, stale_after_s: float) -> dict[str,
     }
 
 
-def _with_age(row: dict[str, Any], now: datetime, *, name: str = "created_at") -> dict[str, Any]:
+def _with_age(row: Mapping[str, Any], now: datetime, *, name: str = "created_at") -> dict[str, Any]:
     """The row with the age of its `name` timestamp."""
     return {**row, "age_seconds": _age(row[name], now)}
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from django.conf import settings
 from django.db import connection
 
@@ -69,7 +69,7 @@ class OutgoingMessage:
     topic: str
     key: str
     value: bytes
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, str | bytes | None]]
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def ensure_topics(topics: set[str]) -> None:
     missing = sorted(topic for topic in topics if (servers, topic) not in _ensured_topics)
     if not missing:
         return
-    admin = AdminClient({"bootstrap.servers": servers, "logger": client_logger})
+    admin = AdminClient({"bootstrap.servers": servers, "logger": client_logger})  # type: ignore[dict-item]
     timeout = min(delivery_timeout_ms(), 5_000) / 1000
     futures = admin.create_topics([_new_topic(t) for t in missing], request_timeout=timeout)
     for topic, future in futures.items():

@@ -6,6 +6,7 @@ status stays cheap however many delivered rows retention keeps.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -53,7 +54,7 @@ def outbox_status(*, now: datetime | None = None) -> dict[str, Any]:
     }
 
 
-def _error_record(first: dict[str, Any] | None) -> dict[str, Any] | None:
+def _error_record(first: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if first is None:
         return None
     return {name: first[name] for name in ("id", "partition_key", "attempt_count")}

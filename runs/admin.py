@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
+from django.db.models.expressions import Combinable
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
@@ -210,7 +211,7 @@ class CommandAdmin(BigTableAdmin):
     search_fields = ["=id", "=run__id", "=idempotency_key"]
     readonly_fields = ["run_link", "dispatch_intent"]
 
-    def get_ordering(self, request: HttpRequest) -> list[str]:
+    def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
         return ["seq"] if "run__id__exact" in request.GET else ["-id"]
 
     @admin.display(description="run")
@@ -230,7 +231,7 @@ class EventAdmin(BigTableAdmin):
     search_fields = ["=id", "=run__id"]
     readonly_fields = ["run_link", "outbox_records"]
 
-    def get_ordering(self, request: HttpRequest) -> list[str]:
+    def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
         """One run's events in seq order (newest last); all events newest first (ids are
         time-ordered, so the primary key index serves both)."""
         return ["seq"] if "run__id__exact" in request.GET else ["-id"]

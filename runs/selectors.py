@@ -95,7 +95,7 @@ def _runner_job_json() -> JSONObject:
     )
 
 
-def _facet_row(scope: QuerySet[Run]) -> QuerySet[Run, dict[str, Any]]:
+def _facet_row(scope: QuerySet[Run]) -> QuerySet[Any, Any]:
     """One row of facet values over the key's whole scope (not the filtered page): the
     choices a run list UI offers."""
     status_counts = {status: Count("id", filter=Q(status=status)) for status in RunStatus.values}
@@ -130,7 +130,7 @@ def list_runs(
     offset = (page - 1) * page_size
     latest_command = Command.objects.filter(run=OuterRef("pk")).order_by("-seq")
     latest_job = RunnerJob.objects.filter(run=OuterRef("pk")).order_by("-created_at", "-id")
-    rows = list(
+    rows: list[Any] = list(
         filtered.annotate(
             total=Window(Count("*")),
             # Uncorrelated, so PostgreSQL evaluates it once per query, not per row.

@@ -167,7 +167,7 @@ def outbox_leases_lapsed(limit: int, *, now: datetime) -> list[Finding]:
         Finding(
             "outbox-lease-lapsed",
             record_id,
-            f"leased by {owner} until {until.isoformat()}, never settled",
+            f"leased by {owner} until {until.isoformat() if until else '?'}, never settled",
         )
         for record_id, owner, until in rows
     ]

@@ -30,7 +30,7 @@ def backoff_ms(attempt_count: int, *, base_ms: int, cap_ms: int) -> int:
     """The delay before attempt `attempt_count + 1` (equal jitter, capped)."""
     ceiling = min(cap_ms, base_ms * 2 ** max(0, attempt_count - 1))
     half = ceiling // 2
-    return half + random.randint(0, ceiling - half)  # jitter: no secret, any PRNG will do
+    return int(half + random.randint(0, ceiling - half))  # jitter: no secret, any PRNG will do
 
 
 def retry_intent(

@@ -116,17 +116,17 @@ def _dispatch_profile(
             delay_ms=settings.AGENTRUN_DISPATCH_CAPACITY_WAIT_MS,
             why={"reason": "capacity", "backend_profile": profile},
         )
-    launched = [item for claim in to_launch if (item := _launch(claim, launchers, counts))]
+    launched = [done for claim in to_launch if (done := _launch(claim, launchers, counts))]
     if not launched:
         return
     outcome = complete_intents(completions=[item for item, _ in launched])
     counts.dispatched += len(outcome.completed)
     keys = {item.claim.id: key for item, key in launched}
-    for item, error in outcome.refused:
+    for refused, error in outcome.refused:
         counts.fenced += 1
-        logger.info("dispatch: %s; aborting %s", error.message, item.launched.job_name)
-        _revoke(keys[item.claim.id])
-        _abort(item.launched, launchers)
+        logger.info("dispatch: %s; aborting %s", error.message, refused.launched.job_name)
+        _revoke(keys[refused.claim.id])
+        _abort(refused.launched, launchers)
 
 
 def _within_capacity(

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 
-class OutboxErrorRecordSerializer(serializers.Serializer):
+class OutboxErrorRecordSerializer(serializers.Serializer[Any]):
     id = serializers.CharField()
     partition_key = serializers.CharField()
     attempt_count = serializers.IntegerField()
 
 
-class OutboxStatusSerializer(serializers.Serializer):
+class OutboxStatusSerializer(serializers.Serializer[Any]):
     enabled = serializers.BooleanField()
     topic = serializers.CharField()
     backlog = serializers.IntegerField(help_text="Records not yet delivered.")

@@ -77,7 +77,7 @@ def _wake_relay_on_commit() -> None:
     if not settings.AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT:
         return
     # Django keeps this transaction's callbacks as (savepoint ids, callback, robust).
-    if any(callback is wake_relay for _, callback, _ in connection.run_on_commit):
+    if any(entry[1] is wake_relay for entry in connection.run_on_commit):
         return
     transaction.on_commit(wake_relay)
 

@@ -136,7 +136,9 @@ def claim_outbox_records(*, owner: str, limit: int, lease_ms: int) -> list[Kafka
 
 
 def message_of(record: KafkaEventOutbox) -> OutgoingMessage:
-    headers = [(name, str(value).encode()) for name, value in record.headers.items()]
+    headers: list[tuple[str, str | bytes | None]] = [
+        (str(name), str(value).encode()) for name, value in record.headers.items()
+    ]
     return OutgoingMessage(record.topic, record.partition_key, encode_value(record.value), headers)
 
 

@@ -164,7 +164,7 @@ class CodexBackend:
             argv[0] = str(LOCAL_CODEX)
         # The model and provider also become the process defaults, so nothing at start-up
         # works against a provider the run did not ask for.
-        chosen = {
+        chosen: dict[str, Any] = {
             key: self.policy[key] for key in ("model", "model_provider") if key in self.policy
         }
         config = {**_DEFAULT_CONFIG, **chosen, **flatten(self.policy.get("codex_config") or {})}
@@ -293,14 +293,17 @@ class _Turn:
             self.timed_out = True
         if self.control.interrupted.is_set() or self.timed_out:
             self.interrupt_at = now
-            params = {"threadId": self.thread_id, "turnId": self.turn_id}
             try:
-                self._request("turn/interrupt", params, timeout_s=INTERRUPT_GRACE_S)
+                self._request(
+                    "turn/interrupt",
+                    {"threadId": self.thread_id, "turnId": self.turn_id},
+                    timeout_s=INTERRUPT_GRACE_S,
+                )
             except RpcTimeout:
                 return True
             return False
         while (text := self.control.next_steer()) is not None:
-            params = {
+            params: dict[str, Any] = {
                 "threadId": self.thread_id,
                 "expectedTurnId": self.turn_id,
                 "input": [_text_input(text)],

@@ -169,7 +169,9 @@ class EventAppendIn(RunnerWriteIn):
 
     type = _event_type_field(required=False)
     payload = BoundedJSONObjectField(max_bytes=EVENT_PAYLOAD_MAX, required=False)
-    events = EventIn(many=True, required=False, max_length=MAX_EVENTS_PER_BATCH, min_length=1)
+    events = EventIn(  # type: ignore[call-arg]  # ListSerializer takes the length bounds
+        many=True, required=False, max_length=MAX_EVENTS_PER_BATCH, min_length=1
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         single = "type" in attrs

@@ -17,8 +17,9 @@ from outbox.services.relay import relay_outbox_batch
 
 
 @shared_task(name="outbox.relay_batch", queue=TaskQueue.OUTBOX, ignore_result=True)
-def relay_batch() -> dict[str, int]:
-    """Relay one batch; enqueue another when this one was full."""
+def relay_batch(trigger: str = "beat") -> dict[str, int]:
+    """Relay one batch; enqueue another when this one was full. `trigger` says who asked
+    (`commit` wake-ups, `beat`), for the worker's log."""
     result = relay_outbox_batch()
     if result.claimed >= int(settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE):
         relay_batch.delay()

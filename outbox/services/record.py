@@ -12,23 +12,20 @@ record is picked up at once rather than at the next beat tick.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from agentrun.ids import new_id
+from agentrun.task_queues import TaskQueue
+from agentrun.wakeup import Waker
 from outbox.cloudevents import cloud_event, message_headers, partition_key_for
 from outbox.kafka import outbox_enabled, outbox_topic
 from outbox.locks import lock_outbox_key, reserve_outbox_seqs
 from outbox.models import KafkaEventOutbox
-from outbox.tasks import relay_batch
 from runs.models import Event, Run
-
-logger = logging.getLogger(__name__)
 
 
 def record_outbox_locked(*, run: Run, events: list[Event]) -> list[KafkaEventOutbox]:
@@ -82,15 +79,13 @@ def _wake_relay_on_commit() -> None:
     transaction.on_commit(wake_relay)
 
 
-def wake_relay() -> None:
-    """Enqueue one relay batch on the outbox queue; runs after commit.
+_relay_waker = Waker(
+    task="outbox.relay_batch",
+    queue=TaskQueue.OUTBOX.value,
+    enabled_setting="AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT",
+)
 
-    A wake-up is only an optimisation (beat relays whatever it misses), and the events are
-    committed by now: a Celery broker that cannot be reached is logged, not raised, the
-    message is published without retries so a request never hangs on the broker, and it
-    expires after a minute.
-    """
-    try:
-        relay_batch.apply_async(expires=60, retry=False)
-    except (OperationalError, OSError) as error:
-        logger.warning("outbox relay wake-up not sent (beat will relay): %s", error)
+
+def wake_relay() -> None:
+    """Queue one relay batch after commit (`agentrun.wakeup`); returns at once."""
+    _relay_waker.wake()

@@ -1,0 +1,65 @@
+"""Waking a worker after a commit, so new work is picked up in milliseconds, not at a beat.
+
+Services register a waker's `wake` with `transaction.on_commit` (the dispatcher when an
+intent commits, the relay when outbox records commit, the scheduler when a task commits
+or a task's run ends). A wake-up is only an optimisation: the beat schedule picks up
+anything it missed. So:
+- the message is published from one background thread per process, never by the
+  committing request, which must not wait for a slow or unreachable broker;
+- wake-ups coalesce: while one is queued and not yet sent, another commit adds nothing,
+  since the batch it triggers takes everything due (tasks wake themselves again while
+  their batches come back full);
+- a broker error is logged, not raised (the work is committed already); the message is
+  published without retries and expires after a minute (an old wake-up is worthless).
+Tasks are sent by name, so this module imports no task and no service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from django.conf import settings
+from kombu.exceptions import OperationalError
+
+from agentrun.celery import app
+
+logger = logging.getLogger(__name__)
+
+
+class Waker:
+    def __init__(self, *, task: str, queue: str, enabled_setting: str) -> None:
+        self.task, self.queue, self.enabled_setting = task, queue, enabled_setting
+        self._lock = threading.Lock()
+        self._queued = False
+        self._sender: tuple[int, ThreadPoolExecutor] | None = None  # rebuilt after a fork
+
+    def wake(self) -> None:
+        """Queue one batch of the task (see module doc). Returns at once; never raises."""
+        if not getattr(settings, self.enabled_setting):
+            return
+        with self._lock:
+            if self._sender is None or self._sender[0] != os.getpid():
+                self._sender = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="wake"))
+                self._queued = False
+            if self._queued:
+                return
+            self._queued = True
+            executor = self._sender[1]
+        executor.submit(self._send)
+
+    def _send(self) -> None:
+        with self._lock:
+            self._queued = False  # a commit from now on queues another wake-up after this
+        try:
+            app.send_task(
+                self.task,
+                kwargs={"trigger": "commit"},
+                queue=self.queue,
+                expires=60,
+                retry=False,
+            )
+        except (OperationalError, OSError) as error:
+            logger.warning("%s wake-up not sent (the beat will pick it up): %s", self.task, error)

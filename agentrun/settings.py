@@ -15,6 +15,7 @@ import dj_database_url
 
 from agentrun.celery_schedule import BEAT_SCHEDULE
 from agentrun.embedded_db import embedded_database_url
+from agentrun.task_queues import TASK_ROUTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -140,6 +141,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
+CELERY_TASK_ROUTES = TASK_ROUTES
 
 # Runs and leases.
 AGENTRUN_DEFAULT_LEASE_MS = env_int("AGENTRUN_DEFAULT_LEASE_MS", 60_000)

@@ -9,14 +9,13 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from agentrun.task_queues import TaskQueue
 from dispatch.services.launch import dispatch_batch, worker_owner
 from dispatch.services.reconcile import reconcile_runner_jobs
 from dispatch.wakeup import DISPATCH_TASK, wake_dispatcher
 from runs.services.reaper import reap_expired_leases
 
 
-@shared_task(name=DISPATCH_TASK, queue=TaskQueue.DISPATCH.value, ignore_result=True)
+@shared_task(name=DISPATCH_TASK, ignore_result=True)
 def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     """Claim and dispatch one batch. `trigger` (`commit` or `beat`) is recorded in the
     lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
@@ -27,7 +26,7 @@ def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     return counts.as_dict()
 
 
-@shared_task(name="dispatch.reap_leases", queue=TaskQueue.MAINTENANCE.value, ignore_result=True)
+@shared_task(name="dispatch.reap_leases", ignore_result=True)
 def reap_leases_task() -> dict[str, int]:
     return reap_expired_leases(
         limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,
@@ -35,9 +34,7 @@ def reap_leases_task() -> dict[str, int]:
     ).as_dict()
 
 
-@shared_task(
-    name="dispatch.reconcile_runner_jobs", queue=TaskQueue.MAINTENANCE.value, ignore_result=True
-)
+@shared_task(name="dispatch.reconcile_runner_jobs", ignore_result=True)
 def reconcile_runner_jobs_task() -> dict[str, int]:
     return reconcile_runner_jobs(
         limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,

@@ -26,7 +26,11 @@ def admit(session_id: str, text: str = "hello", **overrides: Any) -> Admission:
 
 def turn_body(text: str = "hello", **command: Any) -> dict[str, Any]:
     return {
-        "run": {"project_id": "proj-1", "workspace_ref": {"path": "/work/repo"},
-                "provider_id": "openai", "backend_profile": "scripted"},
+        "run": {
+            "project_id": "proj-1",
+            "workspace_ref": {"path": "/work/repo"},
+            "provider_id": "openai",
+            "backend_profile": "scripted",
+        },
         "command": {"payload": {"text": text}, "dispatch": None, **command},
     }

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint venv
+.PHONY: run test lint venv bench bench-quick
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,3 +24,16 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+
+# Benchmarks (bench/README.md): their own database `agentrun_bench` on the machine's
+# PostgreSQL, loopback only, never part of `make test`. Peers and profilers are installed
+# from requirements-bench.txt only here.
+$(VENV)/.bench-installed: $(VENV)/.installed requirements-bench.txt
+	$(PY) -m pip install --quiet -r requirements-bench.txt
+	touch $@
+
+bench: $(VENV)/.bench-installed
+	$(PY) -m bench all --profile
+
+bench-quick: $(VENV)/.bench-installed
+	$(PY) -m bench all --quick

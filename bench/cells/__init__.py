@@ -1,0 +1,1 @@
+"""One module per benchmark cell; each exposes `run(scale) -> CellReport`."""

@@ -1,0 +1,369 @@
+"""Cell 1: event append, the service against the same transaction in raw SQL.
+
+agentrun: `runs.services.events.append_runner_events` (lock the run, check the claim,
+next seq, insert, outbox record, touch the session, notify) from N threads, each thread
+appending to one of M runs (writer w -> run w % M), every run in its own session.
+
+Reference (a limit): the same transaction shape written by hand with psycopg on its own
+connection per thread: `SELECT … FOR UPDATE` the run, check the claim, `max(seq)`, one
+multi-row INSERT, `UPDATE agentrun_sessions`, `pg_notify`, COMMIT.
+
+Figures: single append at 8 and 32 writers; batch of 100 per call; batch vs single
+(agentrun against itself, events/s); with vs without `pg_notify` at 8 and 32 writers
+(the service with `notify_run_change` switched off in the bench process only); outbox on
+vs off. The ledger reads every event of the runs back: per run, seqs 1..n with no gap;
+per writer, its items in the order it acknowledged them; nothing acknowledged missing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection
+from django.test.utils import override_settings
+from psycopg.types.json import Jsonb
+
+from agentrun.ids import new_id
+from bench import fixtures
+from bench.harness import (
+    CellReport,
+    Figure,
+    Ledger,
+    Sample,
+    Scale,
+    WorkerResult,
+    compare,
+    run_workers,
+)
+from bench.profiling import print_summary, profiled
+from bench.queries import captured
+from runs.services import events as event_service
+from runs.services.events import RUN_CHANGE_CHANNEL, NewEvent, append_runner_events
+
+RUNS = 8
+_TEXT = "bench: compiling module 42 of 97, 1.3 MB written, cache warm, no warnings so far. " * 2
+
+
+def payload(writer: int, n: int, k: int) -> dict[str, Any]:
+    """~250 bytes of a runner's log line, tagged for the ledger."""
+    return {"stream": "stdout", "message": _TEXT, "writer": writer, "n": n, "k": k}
+
+
+# --- agentrun side -------------------------------------------------------------------
+
+
+def service_side(runs: list[fixtures.ClaimedRun], batch: int) -> tuple[Callable, Callable]:
+    def prepare(index: int) -> Any:
+        connection.ensure_connection()
+        return index, runs[index % len(runs)]
+
+    def step(state: Any, op: int, result: WorkerResult) -> None:
+        writer, run = state
+        items = [NewEvent("log", payload(writer, op, k)) for k in range(batch)]
+        started = _now()
+        append_runner_events(
+            run_id=run.run_id, runner_id=run.runner_id, lease_epoch=run.lease_epoch, events=items
+        )
+        result.latencies_ms.append((_now() - started) * 1000)
+        result.done += batch
+        result.acknowledged.append(op)
+
+    return prepare, step
+
+
+# --- reference side: the same transaction in raw SQL ---------------------------------
+
+LOCK_RUN = (
+    "SELECT status, claimed_by, lease_epoch, lease_expires_at, session_ref "
+    "FROM agentrun_runs WHERE id = %s FOR UPDATE"
+)
+NEXT_SEQ = "SELECT coalesce(max(seq), 0) FROM agentrun_events WHERE run_id = %s"
+INSERT_ROW = "(%s, %s, %s, %s, %s, %s)"
+INSERT = "INSERT INTO agentrun_events (id, run_id, seq, type, payload, created_at) VALUES "
+TOUCH_SESSION = (
+    "UPDATE agentrun_sessions SET last_event_seq = %s, last_activity_at = %s, updated_at = %s "
+    "WHERE session_id = %s"
+)
+NOTIFY = "SELECT pg_notify(%s, %s)"
+
+
+def raw_append(
+    conn: Any,
+    run: fixtures.ClaimedRun,
+    items: list[dict[str, Any]],
+    notify: bool,
+    stamp_commit: bool = False,
+) -> float:
+    """One append transaction: the shape of `append_runner_events`, by hand. Returns the
+    `perf_counter()` at which COMMIT was sent (for cell 8's wake-up latency)."""
+    status, claimed_by, epoch, expires, session_ref = conn.execute(
+        LOCK_RUN, [run.run_id]
+    ).fetchone()
+    now = datetime.now(UTC)
+    if status in ("completed", "failed", "blocked", "cancelled") or claimed_by != run.runner_id:
+        raise RuntimeError("raw append: run not claimed by this runner")
+    if epoch != run.lease_epoch or expires is None or expires <= now:
+        raise RuntimeError("raw append: stale lease")
+    last = conn.execute(NEXT_SEQ, [run.run_id]).fetchone()[0]
+    params: list[Any] = []
+    for offset, item in enumerate(items, start=1):
+        params += [new_id("evt"), run.run_id, last + offset, "log", Jsonb(item), now]
+    conn.execute(INSERT + ",".join([INSERT_ROW] * len(items)), params)
+    session_id = (session_ref or {}).get("session_id")
+    if session_id:
+        conn.execute(TOUCH_SESSION, [last + len(items), now, now, session_id])
+    if notify:
+        conn.execute(NOTIFY, [RUN_CHANGE_CHANNEL, run.run_id])
+    committing = _now() if stamp_commit else 0.0
+    conn.commit()
+    return committing
+
+
+def raw_side(
+    runs: list[fixtures.ClaimedRun], batch: int, notify: bool = True
+) -> tuple[Callable, Callable, Callable]:
+    def prepare(index: int) -> Any:
+        return fixtures.raw_connect(), index, runs[index % len(runs)]
+
+    def step(state: Any, op: int, result: WorkerResult) -> None:
+        conn, writer, run = state
+        started = _now()
+        raw_append(conn, run, [payload(writer, op, k) for k in range(batch)], notify)
+        result.latencies_ms.append((_now() - started) * 1000)
+        result.done += batch
+        result.acknowledged.append(op)
+
+    return prepare, step, lambda state: state[0].close()
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()
+
+
+# --- the ledger ----------------------------------------------------------------------
+
+
+def event_ledger(
+    runs: list[fixtures.ClaimedRun], results: list[WorkerResult], batch: int
+) -> Ledger:
+    """Read every event of `runs` back and check seqs, per-writer order and completeness."""
+    run_ids = [r.run_id for r in runs]
+    with fixtures.raw_connect() as conn:
+        rows = conn.execute(
+            "SELECT run_id, seq, payload->>'writer', payload->>'n', payload->>'k' "
+            "FROM agentrun_events WHERE run_id = ANY(%s) ORDER BY run_id, seq",
+            [run_ids],
+        ).fetchall()
+    ledger = Ledger()
+    expected = {
+        (w, n, k) for w, res in enumerate(results) for n in res.acknowledged for k in range(batch)
+    }
+    ledger.expected = len(expected)
+    seen: set[tuple[int, int, int]] = set()
+    last_of_writer: dict[int, tuple[int, int]] = {}
+    prev_seq: dict[str, int] = {}
+    gaps = 0
+    for run_id, seq, writer, n, k in rows:
+        if seq != prev_seq.get(run_id, 0) + 1:
+            gaps += 1
+        prev_seq[run_id] = seq
+        if writer is None:
+            continue  # the run's own events (run-claimed)
+        item = (int(writer), int(n), int(k))
+        if item in seen:
+            ledger.duplicates += 1
+            continue
+        seen.add(item)
+        if last_of_writer.get(item[0], (-1, -1)) >= item[1:]:
+            ledger.order_violations += 1
+        last_of_writer[item[0]] = item[1:]
+    ledger.seen = len(seen)
+    ledger.lost = len(expected - seen)
+    ledger.order_violations += gaps
+    if gaps:
+        ledger.notes.append(f"{gaps} seq gaps")
+    if seen - expected:
+        ledger.notes.append(f"{len(seen - expected)} unacknowledged items stored")
+    return ledger
+
+
+# --- figures -------------------------------------------------------------------------
+
+
+@contextmanager
+def notify_off() -> Iterator[None]:
+    """The service without `pg_notify` (bench process only): measures what NOTIFY costs."""
+    original = event_service.notify_run_change
+    event_service.notify_run_change = lambda run_id: None
+    try:
+        yield
+    finally:
+        event_service.notify_run_change = original
+
+
+def sample(
+    kind: str, *, writers: int, batch: int, seconds: float, notify: bool = True
+) -> Callable[[], Sample]:
+    """A side as a callable: fresh claimed runs, N writers for `seconds`, then the ledger."""
+
+    def run() -> Sample:
+        runs = fixtures.claimed_runs(RUNS)
+        if kind == "service":
+            prepare, step = service_side(runs, batch)
+            finish: Callable = lambda _state: fixtures.close_django_connection()  # noqa: E731
+        else:
+            prepare, step, finish = raw_side(runs, batch, notify)
+        if kind == "service" and not notify:
+            with notify_off():
+                results, elapsed = run_workers(
+                    writers, prepare, step, seconds=seconds, finish=finish
+                )
+        else:
+            results, elapsed = run_workers(writers, prepare, step, seconds=seconds, finish=finish)
+        ledger = event_ledger(runs, results, batch)
+        latencies = [x for r in results for x in r.latencies_ms]
+        return Sample(sum(r.done for r in results), elapsed, ledger, latencies)
+
+    return run
+
+
+def outbox_sample(*, enabled: bool, writers: int, seconds: float) -> Callable[[], Sample]:
+    inner = sample("service", writers=writers, batch=1, seconds=seconds)
+
+    def run() -> Sample:
+        servers = "127.0.0.1:1" if enabled else ""  # recording never connects to Kafka
+        with override_settings(AGENTRUN_KAFKA_BOOTSTRAP_SERVERS=servers):
+            measured = inner()
+        with fixtures.raw_connect() as conn:
+            records = conn.execute("SELECT count(*) FROM agentrun_kafka_event_outbox").fetchone()
+        measured.extra["outbox_rows_total"] = records[0]
+        return measured
+
+    return run
+
+
+def figures(scale: Scale) -> list[Figure]:
+    seconds = scale.pick(0.4, 2.5)
+    out = []
+    for writers in (8, 32):
+        out.append(
+            Figure(
+                f"1.single.{writers}w",
+                f"single-event append, {writers} writers on {RUNS} runs",
+                "agentrun",
+                sample("service", writers=writers, batch=1, seconds=seconds),
+                "raw-sql",
+                sample("raw", writers=writers, batch=1, seconds=seconds),
+                params={"writers": writers, "runs": RUNS, "batch": 1},
+                unit="events/s",
+                reference_kind="limit",
+            )
+        )
+    out.append(
+        Figure(
+            "1.batch100.8w",
+            "batch append (100 events per call), 8 writers",
+            "agentrun",
+            sample("service", writers=8, batch=100, seconds=seconds),
+            "raw-sql",
+            sample("raw", writers=8, batch=100, seconds=seconds),
+            params={"writers": 8, "runs": RUNS, "batch": 100},
+            unit="events/s",
+            reference_kind="limit",
+        )
+    )
+    out.append(
+        Figure(
+            "1.batch-vs-single.8w",
+            "agentrun batch 100 against agentrun single, events/s",
+            "batch100",
+            sample("service", writers=8, batch=100, seconds=seconds),
+            "single",
+            sample("service", writers=8, batch=1, seconds=seconds),
+            params={"writers": 8, "runs": RUNS},
+            unit="events/s",
+            reference_kind="self",
+        )
+    )
+    for writers in (8, 32):
+        out.append(
+            Figure(
+                f"1.notify.{writers}w",
+                f"append with pg_notify against without, {writers} writers",
+                "with-notify",
+                sample("service", writers=writers, batch=1, seconds=seconds),
+                "no-notify",
+                sample("service", writers=writers, batch=1, seconds=seconds, notify=False),
+                params={"writers": writers, "runs": RUNS, "batch": 1},
+                unit="events/s",
+                reference_kind="self",
+            )
+        )
+        out.append(
+            Figure(
+                f"1.raw-notify.{writers}w",
+                f"raw SQL append with pg_notify against without, {writers} writers",
+                "raw-notify",
+                sample("raw", writers=writers, batch=1, seconds=seconds),
+                "raw-no-notify",
+                sample("raw", writers=writers, batch=1, seconds=seconds, notify=False),
+                params={"writers": writers, "runs": RUNS, "batch": 1},
+                unit="events/s",
+                reference_kind="self",
+            )
+        )
+    out.append(
+        Figure(
+            "1.outbox.8w",
+            "append with the Kafka outbox on against off (no relay running)",
+            "outbox-on",
+            outbox_sample(enabled=True, writers=8, seconds=seconds),
+            "outbox-off",
+            outbox_sample(enabled=False, writers=8, seconds=seconds),
+            params={"writers": 8, "runs": RUNS, "batch": 1},
+            unit="events/s",
+            reference_kind="self",
+        )
+    )
+    return out
+
+
+def profile_service(scale: Scale) -> dict[str, Any]:
+    """py-spy the service side at 8 writers, single appends: where an append's time goes."""
+    seconds = scale.pick(3, 8)
+    with profiled("append-service-8w", seconds=seconds, focus="service_side") as summary:
+        sample("service", writers=8, batch=1, seconds=seconds + 1)()
+    print_summary(summary)
+    return summary
+
+
+def query_counts() -> dict[str, Any]:
+    run = fixtures.claimed_runs(1)[0]
+
+    def append(batch: int) -> Callable[[], Any]:
+        return lambda: append_runner_events(
+            run_id=run.run_id,
+            runner_id=run.runner_id,
+            lease_epoch=run.lease_epoch,
+            events=[NewEvent("log", payload(0, 0, k)) for k in range(batch)],
+        )
+
+    return {"append_single": captured(append(1)), "append_batch100": captured(append(100))}
+
+
+def run(scale: Scale) -> CellReport:
+    random.seed(1)
+    report = CellReport()
+    report.data["queries"] = query_counts()
+    counts = {name: q["count"] for name, q in report.data["queries"].items()}
+    report.note(f"statements per call (BEGIN/COMMIT included): {counts}")
+    report.outcomes = [compare(figure) for figure in figures(scale)]
+    if scale.profile:
+        report.data["profile"] = profile_service(scale)
+    return report

@@ -1,0 +1,114 @@
+"""Cell 2: the event append over HTTP against the same append at the service level.
+
+agentrun: `POST /api/v1/runs/{id}/events` served by gunicorn (`-k gthread`, 2 workers x 4
+threads = 8 request threads and 8 database connections), driven by a load generator on
+loopback: 8 client threads in the bench process, each with its own keep-alive connection
+and its own run's runner key (writer w -> run w % 8), closed loop (next request when the
+answer arrives).
+
+Reference (a limit): the service call itself, `append_runner_events`, from 8 threads with
+8 connections (cell 1's agentrun side). The ratio is what HTTP, auth, the tenant-scoped
+run lookup, DRF parsing/validation and serialization cost on top of the service.
+Latencies are per request (client side) and per call; p50/p99 are printed for both.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Callable
+from typing import Any
+
+from agentrun.auth import issue_api_key
+from bench import fixtures
+from bench.cells.event_append import RUNS, event_ledger, payload, sample
+from bench.harness import CellReport, Figure, Sample, Scale, WorkerResult, compare, run_workers
+from bench.profiling import print_summary, profiled
+from bench.servers import Gunicorn, gunicorn
+
+WORKERS, THREADS, CLIENTS = 2, 4, 8
+
+
+def http_sample(server: Gunicorn, *, batch: int, seconds: float) -> Callable[[], Sample]:
+    def run() -> Sample:
+        runs = fixtures.claimed_runs(RUNS)
+        keys = [
+            issue_api_key(tenant_id=fixtures.BENCH_TENANT, role="runner", run_id=r.run_id).secret
+            for r in runs
+        ]
+
+        def prepare(index: int) -> Any:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            conn.connect()
+            return conn, index, runs[index % RUNS], keys[index % RUNS]
+
+        def step(state: Any, op: int, result: WorkerResult) -> None:
+            conn, writer, run, key = state
+            body: dict[str, Any] = {"runner_id": run.runner_id, "lease_epoch": run.lease_epoch}
+            items = [{"type": "log", "payload": payload(writer, op, k)} for k in range(batch)]
+            if batch == 1:
+                body.update(items[0])
+            else:
+                body["events"] = items
+            started = _now()
+            conn.request(
+                "POST",
+                f"/api/v1/runs/{run.run_id}/events",
+                body=json.dumps(body),
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            )
+            response = conn.getresponse()
+            answer = response.read()
+            if response.status != 201:
+                raise RuntimeError(f"HTTP {response.status}: {answer[:300]!r}")
+            result.latencies_ms.append((_now() - started) * 1000)
+            result.done += batch
+            result.acknowledged.append(op)
+
+        results, elapsed = run_workers(
+            CLIENTS, prepare, step, seconds=seconds, finish=lambda state: state[0].close()
+        )
+        ledger = event_ledger(runs, results, batch)
+        latencies = [x for r in results for x in r.latencies_ms]
+        return Sample(sum(r.done for r in results), elapsed, ledger, latencies)
+
+    return run
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()
+
+
+def run(scale: Scale) -> CellReport:
+    report = CellReport()
+    seconds = scale.pick(0.8, 4.0)
+    params = {"gunicorn": f"{WORKERS}x{THREADS} gthread", "clients": CLIENTS, "runs": RUNS}
+    with gunicorn(workers=WORKERS, threads=THREADS) as server:
+        for batch in (1, 100):
+            figure = Figure(
+                f"2.http.batch{batch}",
+                f"append over HTTP (batch {batch}) against the service level",
+                "http",
+                http_sample(server, batch=batch, seconds=seconds),
+                "service",
+                sample("service", writers=CLIENTS, batch=batch, seconds=seconds),
+                params={**params, "batch": batch},
+                unit="events/s",
+                reference_kind="limit",
+            )
+            report.outcomes.append(compare(figure))
+        if scale.profile:
+            report.data["profile"] = profile_worker(server, scale)
+    return report
+
+
+def profile_worker(server: Gunicorn, scale: Scale) -> dict[str, Any]:
+    """py-spy one gunicorn worker while the load generator runs single appends."""
+    seconds = scale.pick(3, 8)
+    pid = server.worker_pids()[0]
+    with profiled("http-gunicorn-worker", seconds=seconds, focus="handle", pid=pid) as summary:
+        http_sample(server, batch=1, seconds=seconds + 1)()
+    print_summary(summary)
+    return summary

@@ -1,0 +1,287 @@
+"""Seeding and running the queue cells' worker processes (cells 3, 4, 5).
+
+`seed(kind, n)` puts n no-op items in a kind's queue (untimed): agentrun dispatch intents
+(runs, `turn` commands and intents written in bulk SQL, on a bench backend profile with no
+capacity limit and the no-op launcher), PgQueuer jobs, Procrastinate jobs. `Pool` starts
+worker processes (`bench.workers`), releases them together and collects their ledgers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import env
+from bench.harness import Ledger
+
+BENCH_PROFILE = "bench-noop"
+# Extra unlimited profiles, to show what the per-profile runner-create fence costs.
+BENCH_PROFILES = [BENCH_PROFILE] + [f"bench-noop-{i}" for i in range(1, 8)]
+PEER_TABLES = ("pgqueuer", "pgqueuer_log", "pgqueuer_statistics", "pgqueuer_schedules")
+
+
+def install_peers() -> None:
+    """PgQueuer's and Procrastinate's schemas in the bench database (once)."""
+    with env.admin_connect() as conn:
+        have_pgq = conn.execute("SELECT to_regclass('pgqueuer') IS NOT NULL").fetchone()[0]
+        have_pro = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()[
+            0
+        ]
+        for profile in BENCH_PROFILES:
+            conn.execute(
+                "INSERT INTO agentrun_backends (profile, capabilities, capacity, health,"
+                " updated_at) VALUES (%s, '{}', '{}', '{}', now())"
+                " ON CONFLICT (profile) DO NOTHING",
+                [profile],
+            )
+    if not have_pgq:
+        asyncio.run(_install_pgqueuer())
+    if not have_pro:
+        from bench.workers import procrastinate_app
+
+        app = procrastinate_app()
+        with app.open():
+            app.schema_manager.apply_schema()
+
+
+async def _install_pgqueuer() -> None:
+    import asyncpg
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.queries import Queries
+
+    conn = await asyncpg.connect(env.database_url())
+    try:
+        await Queries(AsyncpgDriver(conn)).install()
+    finally:
+        await conn.close()
+
+
+def clear_queues() -> None:
+    env.reset_tables()
+    with env.admin_connect() as conn:
+        existing = [
+            t
+            for t in (*PEER_TABLES, "procrastinate_jobs", "procrastinate_events")
+            if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [t]).fetchone()[0]
+        ]
+        if existing:
+            conn.execute("TRUNCATE " + ", ".join(existing) + " CASCADE")
+
+
+SEEDED_TABLES = (  # child tables first; the seeded rows' ids all start with "<prefix>_b"
+    ("agentrun_events", "run_id", "run_b%"),
+    ("agentrun_runner_jobs", "run_id", "run_b%"),
+    ("agentrun_api_keys", "run_id", "run_b%"),
+    ("agentrun_runner_dispatch_intents", "id", "rdi_b%"),
+    ("agentrun_leases", "run_id", "run_b%"),
+    ("agentrun_commands", "id", "cmd_b%"),
+    ("agentrun_runs", "id", "run_b%"),
+)
+
+
+def clear_seeded() -> None:
+    """Delete only what `seed_intents` made (and what dispatching it wrote), keeping the
+    rest of the database (cell 10's history), then vacuum those tables."""
+    with env.admin_connect() as conn:
+        for table, column, pattern in SEEDED_TABLES:
+            if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table]).fetchone()[0]:
+                # Names from the constant SEEDED_TABLES, not input.
+                conn.execute(f"DELETE FROM {table} WHERE {column} LIKE %s", [pattern])  # noqa: S608
+        for table, _, _ in SEEDED_TABLES:
+            if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table]).fetchone()[0]:
+                conn.execute(f"VACUUM ANALYZE {table}")
+
+
+def seed(kind: str, n: int, *, start: int = 0, profiles: int = 1) -> list[str]:
+    """Enqueue n items numbered start..start+n-1; return their ids (the ledger's keys)."""
+    if kind in ("agentrun", "raw", "celery"):
+        return seed_intents(n, start=start, profiles=profiles)
+    items = [str(i) for i in range(start, start + n)]
+    if kind == "pgqueuer":
+        asyncio.run(_seed_pgqueuer(items))
+    elif kind == "procrastinate":
+        _seed_procrastinate(items)
+    return items
+
+
+def seed_intents(n: int, *, start: int = 0, profiles: int = 1) -> list[str]:
+    """n pending intents of n pending runs (one `turn` command each), in bulk SQL; runs
+    cycle over `profiles` unlimited bench backend profiles."""
+    with env.admin_connect() as conn:
+        conn.execute(
+            """
+            WITH g AS (
+              SELECT i, lpad(i::text, 9, '0') AS k FROM generate_series(%s::int, %s::int) i
+            ),
+            runs AS (
+              INSERT INTO agentrun_runs (id, tenant_id, project_id, workspace_ref, provider_id,
+                backend_profile, execution_policy, status, created_at, updated_at,
+                lease_epoch, cancel_epoch)
+              SELECT 'run_b' || k, 'bench', 'bench-project', '{}', 'openai',
+                (%s::text[])[1 + i %% %s], '{}', 'pending', now(), now(), 0, 0
+              FROM g RETURNING id
+            ), cmds AS (
+              INSERT INTO agentrun_commands (id, run_id, seq, type, payload, payload_hash, state,
+                created_at, updated_at, cancel_epoch)
+              SELECT 'cmd_b' || k, 'run_b' || k, 1, 'turn', '{}', 'sha256:bench', 'pending',
+                now(), now(), 0 FROM g RETURNING id
+            )
+            INSERT INTO agentrun_runner_dispatch_intents (id, run_id, command_id, kind, input,
+              input_hash, state, attempt_count, runner_job_id, next_attempt_at, created_at,
+              updated_at)
+            SELECT 'rdi_b' || k, 'run_b' || k, 'cmd_b' || k, 'runner-job',
+              '{"launcher": "noop"}', 'sha256:bench', 'pending', 0, 'rjob_b' || k,
+              now(), now() + (i * interval '1 microsecond'), now()
+            FROM g
+            """,
+            [start, start + n - 1, BENCH_PROFILES[:profiles], profiles],
+        )
+    return [f"rdi_b{i:09d}" for i in range(start, start + n)]
+
+
+async def _seed_pgqueuer(items: list[str]) -> None:
+    import asyncpg
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.queries import Queries
+
+    from bench.workers import PEER_ENTRYPOINT
+
+    conn = await asyncpg.connect(env.database_url())
+    try:
+        queries = Queries(AsyncpgDriver(conn))
+        for chunk in range(0, len(items), 5000):
+            part = items[chunk : chunk + 5000]
+            await queries.enqueue(
+                [PEER_ENTRYPOINT] * len(part), [i.encode() for i in part], [0] * len(part)
+            )
+    finally:
+        await conn.close()
+
+
+def _seed_procrastinate(items: list[str]) -> None:
+    from bench.workers import PEER_ENTRYPOINT, procrastinate_app
+
+    app = procrastinate_app()
+    with app.open():
+        task = app.tasks[PEER_ENTRYPOINT]
+        for chunk in range(0, len(items), 5000):
+            task.batch_defer(*({"item": i} for i in items[chunk : chunk + 5000]))
+
+
+@dataclass
+class PoolResult:
+    executed: list[str]
+    starts: list[tuple[str, float]]
+    go: float
+    end: float
+    returncodes: list[int] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Pool:
+    """`processes` worker processes of one kind, released together with `go`."""
+
+    def __init__(self, kind: str, *, processes: int, slots: int, batch: int, **extra: Any):
+        self.kind = kind
+        command = [
+            sys.executable,
+            "-m",
+            "bench.workers",
+            kind,
+            "--slots",
+            str(slots),
+            "--batch",
+            str(batch),
+        ]
+        for name, value in extra.items():
+            flag = "--" + name.replace("_", "-")
+            command += [flag] if value is True else [flag, str(value)]
+        # Workers' own logs (peers log every refused late finish) go to a file, not the report.
+        self.log = (env.RESULTS / "workers.log").open("a")
+        self.procs = [
+            subprocess.Popen(
+                command,
+                cwd=env.ROOT,
+                env=dict(os.environ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+                text=True,
+            )
+            for _ in range(processes)
+        ]
+        for proc in self.procs:
+            line = proc.stdout.readline() if proc.stdout else ""
+            if '"ready"' not in line:
+                self.kill()
+                raise RuntimeError(f"{kind} worker did not start: {line!r}")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def go(self) -> float:
+        started = time.time()
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        return started
+
+    def collect(self, timeout: float = 900) -> PoolResult:
+        executed: list[str] = []
+        starts: list[tuple[str, float]] = []
+        ends, codes, reports = [], [], []
+        for proc in self.procs:
+            out, _ = proc.communicate(timeout=timeout)
+            codes.append(proc.returncode)
+            lines = [x for x in (out or "").splitlines() if x.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                continue  # killed on purpose (chaos) or crashed: its ledger is the database's
+            result = json.loads(lines[-1])
+            reports.append({k: v for k, v in result.items() if k not in ("executed", "starts")})
+            executed += result["executed"]
+            starts += [tuple(s) for s in result["starts"]]
+            ends.append(result.get("last_work") or result["end"])
+        end = max(ends) if ends else time.time()
+        return PoolResult(executed, starts, 0.0, end, codes, reports)
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.log.close()
+
+
+def execution_ledger(expected: list[str], executed: list[str]) -> Ledger:
+    seen = set(executed)
+    want = set(expected)
+    return Ledger(
+        expected=len(want),
+        seen=len(seen & want),
+        duplicates=len(executed) - len(seen),
+        lost=len(want - seen),
+    )
+
+
+def intent_ledger(expected: list[str]) -> dict[str, int]:
+    """What agentrun's database says about the intents: dispatched, runner jobs, events."""
+    with env.admin_connect() as conn:
+        states = dict(
+            conn.execute(
+                "SELECT state, count(*) FROM agentrun_runner_dispatch_intents GROUP BY 1"
+            ).fetchall()
+        )
+        jobs = conn.execute("SELECT count(*) FROM agentrun_runner_jobs").fetchone()[0]
+        extra_jobs = conn.execute(
+            "SELECT count(*) FROM (SELECT run_id FROM agentrun_runner_jobs GROUP BY run_id"
+            " HAVING count(*) > 1) d"
+        ).fetchone()[0]
+    return {"states": states, "runner_jobs": jobs, "runs_with_two_jobs": extra_jobs}

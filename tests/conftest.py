@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from rest_framework.test import APIClient
 
+from runs.waiting import stop_run_change_listener
 from tests import builders
 
 
@@ -20,6 +23,14 @@ def backend_profiles(request: pytest.FixtureRequest) -> None:
         return
     request.getfixturevalue("transactional_db" if wants_tx else "db")
     builders.ensure_backend_profiles()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_change_listener_stops(django_db_setup: None) -> Iterator[None]:
+    """The long-poll listener holds a connection to the test database: close it before
+    pytest-django drops that database."""
+    yield
+    stop_run_change_listener()
 
 
 @pytest.fixture

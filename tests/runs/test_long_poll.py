@@ -73,3 +73,34 @@ def test_http_long_poll_returns_the_new_event_or_times_out_empty() -> None:
     timer.join()
     assert [(e["seq"], e["type"]) for e in page["items"]] == [(2, "log")]
     assert page["timed_out"] is False and page["next_after_seq"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fifty_waiters_share_one_listen_connection_and_all_wake() -> None:
+    runs = [make_claimed_run(runner_id="r1") for _ in range(5)]
+    results: list[bool] = []
+
+    def waiter(run_id: str) -> None:
+        try:
+            results.append(wait_for_event(run_id=run_id, after_seq=1, timeout_s=15))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=waiter, args=(runs[i % 5].id,)) for i in range(50)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN agentrun_run_change%%'"
+        )
+        listeners = cursor.fetchone()[0]
+    for run in runs:
+        append_runner_events(
+            run_id=run.id, runner_id="r1", lease_epoch=1, events=[NewEvent("log", {"line": "wake"})]
+        )
+    for thread in threads:
+        thread.join(timeout=20)
+    assert listeners == 1
+    assert results == [True] * 50

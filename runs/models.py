@@ -132,6 +132,13 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["status", "updated_at"], name="agentrun_runs_status_idx"),
             models.Index(fields=["tenant_id", "-updated_at"], name="agentrun_runs_tenant_idx"),
+            # Live runs by profile: the dispatcher's capacity count and the operator status read
+            # only these, which stay few while terminal history grows.
+            models.Index(
+                fields=["backend_profile", "status"],
+                condition=models.Q(status__in=["pending", "claimed", "running"]),
+                name="agentrun_runs_live_idx",
+            ),
         ]
 
     def __str__(self) -> str:

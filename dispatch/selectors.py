@@ -12,7 +12,7 @@ from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
-from runs.models import TERMINAL_RUN_STATUSES, Backend, Run, RunStatus
+from runs.models import LIVE_RUN_STATUSES, Backend, Run, RunStatus
 
 
 def max_concurrent_runs(profile: str) -> int | None:
@@ -30,8 +30,9 @@ def active_runs(*, profile: str, among: list[str]) -> tuple[int, set[str]]:
     the runner-create fence, so no launch for this profile runs concurrently.
     """
     active = (
-        Run.objects.filter(backend_profile=profile)
-        .exclude(status__in=TERMINAL_RUN_STATUSES)
+        # `status IN (live)`, not `NOT IN (terminal)`: the planner then uses the live-runs
+        # partial index instead of scanning the whole history.
+        Run.objects.filter(backend_profile=profile, status__in=LIVE_RUN_STATUSES)
         .filter(
             Q(status__in=[RunStatus.CLAIMED, RunStatus.RUNNING])
             | Q(dispatch_intents__state=IntentState.DISPATCHED)

@@ -24,6 +24,7 @@ class RunStatus(models.TextChoices):
 
 
 TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "blocked", "cancelled"})
+LIVE_RUN_STATUSES = ("pending", "claimed", "running")
 
 
 class FailureKind(models.TextChoices):
@@ -136,7 +137,7 @@ class Run(models.Model):
             # only these, which stay few while terminal history grows.
             models.Index(
                 fields=["backend_profile", "status"],
-                condition=models.Q(status__in=["pending", "claimed", "running"]),
+                condition=models.Q(status__in=LIVE_RUN_STATUSES),
                 name="agentrun_runs_live_idx",
             ),
         ]

@@ -30,7 +30,7 @@ def query_dict(serializer_class: type[Any], params: dict[str, Any]) -> dict[str,
 
 def body(serializer_class: type[Any], request: Request) -> Any:
     """The request body, validated; the bound serializer is returned for its helpers."""
-    serializer = serializer_class(data=request.data)
+    serializer = serializer_class(data=request.data, context={"json_body": True})
     serializer.is_valid(raise_exception=True)
     return serializer
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -133,6 +135,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF exception handler: every error leaves as the one envelope."""
     if isinstance(exc, Http404):
         error = AgentRunError("not found", code="not_found", http_status=404)
+    elif isinstance(exc, RequestDataTooBig):
+        error = AgentRunError(
+            f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes",
+            code="request_too_large",
+            http_status=413,
+            details={"max_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE},
+        )
     elif isinstance(exc, DjangoPermissionDenied):
         error = AgentRunError("forbidden", code="forbidden", http_status=403, failure_kind=None)
     elif isinstance(exc, DjangoValidationError):

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from agentrun.celery_schedule import BEAT_SCHEDULE
 from agentrun.embedded_db import embedded_database_url
@@ -33,14 +34,36 @@ def env_int(name: str, default: int) -> int:
 
 
 DEBUG = env_bool("DEBUG", False)
-# The fallback key is for local runs only; any deployment sets SECRET_KEY.
-SECRET_KEY = os.environ.get("SECRET_KEY", "agentrun-local-development-key-not-for-production")
+# `AGENTRUN_ENV=production` makes a missing SECRET_KEY a start-up error; anything else (the
+# default, `local`) keeps `make run` zero-config with a fallback key for local runs only.
+AGENTRUN_ENV = os.environ.get("AGENTRUN_ENV", "local").strip().lower()
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if AGENTRUN_ENV == "production":
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: AGENTRUN_ENV=production needs a secret key of its own "
+            "(e.g. SECRET_KEY=$(python -c 'import secrets; print(secrets.token_urlsafe(50))'))"
+        )
+    SECRET_KEY = "agentrun-local-development-key-not-for-production"
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h]
 
 AGENTRUN_DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / ".agentrun"))
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(AGENTRUN_DATA_DIR)
 AGENTRUN_DATABASE_EMBEDDED = not os.environ.get("DATABASE_URL")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Server-side limits for every connection of the app role (0 turns one off). Long-polls are
+# not affected: they wait outside any transaction, on an autocommit LISTEN connection, and a
+# wait for a notification is not a statement. The statement timeout bounds a runaway query
+# or a lock wait; the idle-in-transaction timeout ends a stuck or stopped process's
+# transaction, so it cannot hold row locks or pin the xmin horizon (vacuum) for long.
+AGENTRUN_DB_STATEMENT_TIMEOUT_MS = env_int("AGENTRUN_DB_STATEMENT_TIMEOUT_MS", 60_000)
+AGENTRUN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
+    "AGENTRUN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 30_000
+)
+DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+    f"-c statement_timeout={AGENTRUN_DB_STATEMENT_TIMEOUT_MS} "
+    f"-c idle_in_transaction_session_timeout={AGENTRUN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -106,7 +129,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["agentrun.auth.IsAuthenticatedKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "agentrun.schema.AgentRunAutoSchema",
     "EXCEPTION_HANDLER": "agentrun.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
@@ -117,6 +140,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # PATCH bodies are validated whole (no partial update), so they keep their required keys.
+    "COMPONENT_SPLIT_PATCH": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agentrun.schema.document_errors",  # error envelopes, strict request bodies
+    ],
     "ENUM_NAME_OVERRIDES": {
         "CommandTypeEnum": "runs.models.CommandType",
         "EventTypeEnum": "runs.models.EventType",

@@ -18,8 +18,35 @@ KIB = 1024
 MIB = 1024 * KIB
 
 
+# What a JSON body must carry for a field of each kind. DRF coerces (`5` into "5", "true"
+# into True); SPEC §3 wants a wrong type to be a 400. Query strings stay coercible: every
+# query value is a string.
+_JSON_TYPES: list[tuple[type[serializers.Field[Any, Any, Any, Any]], tuple[type, ...], str]] = [
+    (serializers.BooleanField, (bool,), "a boolean"),
+    (serializers.CharField, (str,), "a string"),
+    (serializers.DateTimeField, (str,), "a string"),
+    (serializers.IntegerField, (int,), "an integer"),
+    (serializers.FloatField, (int, float), "a number"),
+]
+
+
+def _json_type_error(field: serializers.Field[Any, Any, Any, Any], value: Any) -> str | None:
+    """Why `value` has the wrong JSON type for `field`, or None."""
+    if value is None:
+        return None  # `allow_null` decides
+    if isinstance(field, serializers.ChoiceField):
+        textual = all(isinstance(choice, str) for choice in field.choices)
+        return "expected a string" if textual and not isinstance(value, str) else None
+    for kind, types, name in _JSON_TYPES:
+        if isinstance(field, kind):
+            ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+            return None if ok else f"expected {name}, got {type(value).__name__}"
+    return None
+
+
 class StrictSerializer(serializers.Serializer[Any]):
-    """A plain input serializer that rejects keys it does not declare."""
+    """A plain input serializer that rejects keys it does not declare and, for a JSON body
+    (context `json_body`, set by `agentrun.api.body`), values of the wrong JSON type."""
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):
@@ -29,6 +56,14 @@ class StrictSerializer(serializers.Serializer[Any]):
         unknown = sorted(set(data) - set(self.fields))
         if unknown:
             raise serializers.ValidationError({key: ["unknown field"] for key in unknown})
+        if self.context.get("json_body"):
+            wrong = {
+                name: [error]
+                for name, field in self.fields.items()
+                if name in data and (error := _json_type_error(field, data[name]))
+            }
+            if wrong:
+                raise serializers.ValidationError(wrong)
         return super().to_internal_value(data)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from agentrun.ids import new_id
+from agentrun.redaction import redact_text
 from queues.models import ACTIVE_ATTEMPT_STATES, AttemptState, QueueAttempt, QueueTask
 from queues.versions import next_queue_version
 
@@ -71,7 +72,7 @@ def finish_attempt_locked(
         from_states=(*ACTIVE_ATTEMPT_STATES, AttemptState.PENDING),
         state=state,
         failure_kind=failure_kind,
-        failure_message=failure_message,
+        failure_message=redact_text(failure_message) if failure_message else failure_message,
         terminal_at=timezone.now(),
     )
 

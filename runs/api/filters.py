@@ -12,7 +12,7 @@ from runs.models import Run, RunStatus
 from runs.selectors import RUN_SORTS
 
 
-class RunFilter(django_filters.FilterSet):
+class RunFilter(django_filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
     status = django_filters.MultipleChoiceFilter(choices=RunStatus.choices)
     project_id = django_filters.CharFilter(max_length=200)
     workspace = django_filters.CharFilter(field_name="workspace_ref__path", max_length=4096)
@@ -65,7 +65,7 @@ def run_filter_parameters() -> list[OpenApiParameter]:
     return [
         OpenApiParameter(
             name,
-            OpenApiTypes.STR,
+            OpenApiTypes.DATETIME if name == "updated_after" else OpenApiTypes.STR,
             many=name == "status",
             enum=[c[0] for c in getattr(f, "extra", {}).get("choices", [])] or None,
             description=f"filter: {name}",

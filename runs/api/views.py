@@ -7,6 +7,7 @@ for any tenant. Objects outside a key's scope are 404s, raised by the selectors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -19,6 +20,7 @@ from agentrun import api
 from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOperator, request_key
 from agentrun.errors import invalid
 from agentrun.pagination import PageQuery, SeqCursorQuery
+from agentrun.schema import items_of
 from runs import selectors
 from runs.api import serializers as s
 from runs.api.filters import RunFilter, run_filter_parameters
@@ -32,6 +34,9 @@ def _filter_params(request: Request) -> Any:
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
         raise invalid(f"{unknown[0]}: unknown query parameter", field=unknown[0])
+    if request.query_params.get("updated_after", None) == "":
+        # django-filter drops an empty filter; an empty timestamp is a bad one, not "any".
+        raise invalid("updated_after: Enter a valid date/time.", field="updated_after")
     return request.query_params
 
 
@@ -44,7 +49,7 @@ class RunViewSet(api.ObjectViewSet):
         "runner_jobs": IsRunnerOrOperator,
     }
 
-    def get_permissions(self) -> list[Any]:
+    def get_permissions(self) -> Sequence[Any]:
         if self.request.method == "POST" and self.action in self.write_permissions:
             return [IsAuthenticatedKey(), self.write_permissions[self.action]()]
         return super().get_permissions()
@@ -96,7 +101,7 @@ class RunViewSet(api.ObjectViewSet):
         )
         return Response(s.CancelReceiptOut(outcome).data)
 
-    @extend_schema(responses=s.CancelRequestOut(many=True))
+    @extend_schema(responses=items_of(s.CancelRequestOut))
     @action(detail=True, methods=["get"], url_path="cancel-requests")
     def cancel_requests(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
@@ -104,9 +109,7 @@ class RunViewSet(api.ObjectViewSet):
         return Response({"items": s.CancelRequestOut(items, many=True).data})
 
     @extend_schema(methods=["GET"], parameters=[s.EventsQuery], responses=s.EventPageOut)
-    @extend_schema(
-        methods=["POST"], request=s.EventAppendIn, responses={201: s.EventOut(many=True)}
-    )
+    @extend_schema(methods=["POST"], request=s.EventAppendIn, responses={201: items_of(s.EventOut)})
     @action(detail=True, methods=["get", "post"])
     def events(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
@@ -151,7 +154,7 @@ class RunViewSet(api.ObjectViewSet):
         query = api.query(s.CountQuery, request)
         return Response({"count": selectors.count_events(run=run, after_seq=query["after_seq"])})
 
-    @extend_schema(methods=["GET"], parameters=[SeqCursorQuery], responses=s.CommandOut(many=True))
+    @extend_schema(methods=["GET"], parameters=[SeqCursorQuery], responses=items_of(s.CommandOut))
     @extend_schema(methods=["POST"], request=s.CommandCreateIn, responses={201: s.CommandOut})
     @action(detail=True, methods=["get", "post"], url_path="commands")
     def commands(self, request: Request, pk: str) -> Response:
@@ -194,7 +197,7 @@ class RunViewSet(api.ObjectViewSet):
         return Response(s.RunOut(finished).data)
 
     @extend_schema(
-        methods=["GET"], parameters=[s.RunnerJobsQuery], responses=s.RunnerJobOut(many=True)
+        methods=["GET"], parameters=[s.RunnerJobsQuery], responses=items_of(s.RunnerJobOut)
     )
     @extend_schema(methods=["POST"], request=s.RunnerJobIn, responses={201: s.RunnerJobOut})
     @action(detail=True, methods=["get", "post"], url_path="runner-jobs")
@@ -250,7 +253,7 @@ class CommandViewSet(api.ObjectViewSet):
         )
         return Response(s.CancelReceiptOut(outcome).data)
 
-    @extend_schema(parameters=[s.CommandEventsQuery], responses=s.EventOut(many=True))
+    @extend_schema(parameters=[s.CommandEventsQuery], responses=items_of(s.EventOut))
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
@@ -277,7 +280,7 @@ class RunnerJobViewSet(api.ObjectViewSet):
 class RunnerViewSet(viewsets.ViewSet):
     permission_classes = [IsRunnerOrOperator]
 
-    @extend_schema(request=s.RunnerRegisterIn, responses=s.RunnerOut)
+    @extend_schema(request=s.RunnerRegisterIn, responses={200: s.RunnerOut})
     def create(self, request: Request) -> Response:
         data = dict(api.body(s.RunnerRegisterIn, request).validated_data)
         api_key = request_key(request)
@@ -289,6 +292,6 @@ class RunnerViewSet(viewsets.ViewSet):
 
 
 class BackendViewSet(viewsets.ViewSet):
-    @extend_schema(responses=s.BackendOut(many=True))
+    @extend_schema(responses=items_of(s.BackendOut))
     def list(self, request: Request) -> Response:
         return Response({"items": s.BackendOut(selectors.backends(), many=True).data})

@@ -77,8 +77,12 @@ def append_events_locked(
             )
         )
     Event.objects.bulk_create(rows)
-    record_outbox_locked(run=run, events=rows)  # same transaction; a no-op when the outbox is off
+    # The session row before the outbox key lock (the documented order: run, session, outbox
+    # key). The other way round, two runs of one session deadlocked (tests/soak found it): an
+    # append held the key and waited for the session row that a finish of the session's
+    # other run held while it waited for the key to append its terminal event.
     record_event_activity_locked(run, last_seq=rows[-1].seq)
+    record_outbox_locked(run=run, events=rows)  # same transaction; a no-op when the outbox is off
     notify_run_change(run.id)
     count_events_on_commit(row.type for row in rows)
     return rows

@@ -20,10 +20,11 @@ from agentrun.errors import conflict, invalid, lease_conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
+from agentrun.redaction import redact_text
 from dispatch.services import intents
 from queues.services import projection as queue_projection
 from runs.locks import lock_run, lock_run_commands
-from runs.models import Backend, Lease, Run, Runner, RunStatus
+from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
 from runs.services.events import append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
 from sessions.services import projection
@@ -192,13 +193,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
                 "updated_at": now,
             },
         )
-        projection.touch_session_for_run_locked(
-            run,
-            bump=False,
-            execution_state="running",
-            active_run_id=run.id,
-            last_run_id=run.id,
-        )
+        projection.project_claim_locked(run)
         append_event_locked(
             run=run,
             type="backend_status",
@@ -250,7 +245,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     """
     with transaction.atomic():
         run = lock_run(run_id)
-        lock_run_commands(run)
+        commands = lock_run_commands(run)
         refusal = fence_runner_write(
             run,
             runner_id=runner_id,
@@ -275,6 +270,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
                 )
         elif refusal is None:
             record_thread_locked(run, result=result)
+            close_open_commands_locked(run, commands, result=result)
             terminalize_run_locked(run, result=result)
     log.info(
         "run finish reported",
@@ -291,13 +287,46 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     return run
 
 
+def close_open_commands_locked(run: Run, commands: list[Command], *, result: TurnResult) -> None:
+    """Commands still open when their runner finishes the run can never run (a steer that
+    came after the runner's last poll): each is closed `cancelled` with its
+    `command-terminal` event, so no command stays pending under a terminal run (tests/soak
+    found them). Needs the run lock and the command locks."""
+    message = f"the run was finished ({result.terminal_status}) before this command ran"
+    now = timezone.now()
+    for command in commands:
+        if command.is_terminal:
+            continue
+        command.state = CommandState.CANCELLED
+        command.updated_at = now
+        command.save(update_fields=["state", "updated_at"])
+        append_event_locked(
+            run=run,
+            type="backend_status",
+            payload={
+                "phase": "command-terminal",
+                "reason": "run-finished",
+                "command_id": command.id,
+                "state": command.state,
+                "terminal_status": "cancelled",
+                "failure_kind": "cancelled",
+                "message": message,
+                "thread_id": None,
+                "turn_id": None,
+            },
+        )
+
+
 def terminalize_run_locked(run: Run, *, result: TurnResult) -> None:
     """Move a locked, live run to its terminal status, release its claim, record it."""
     now = timezone.now()
     run.status = result.terminal_status
     run.terminal_status = result.terminal_status
     run.failure_kind = result.failure_kind
-    run.failure_message = result.failure_message
+    # A runner's or backend's error text may quote a credential: stored redacted, as the
+    # terminal_status event's copy is.
+    message = result.failure_message
+    run.failure_message = redact_text(message) if message else message
     run.updated_at = now
     run.claimed_by = None
     run.lease_expires_at = None

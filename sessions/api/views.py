@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from agentrun import api
 from agentrun.auth import IsClientOrOperator, request_key
 from agentrun.models import ApiKey
+from runs.api.serializers import CommandOut
 from sessions import selectors
 from sessions.api import serializers as s
 from sessions.services import admission, lifecycle, steering
@@ -100,14 +101,14 @@ class SessionViewSet(api.ObjectViewSet):
         )
         return Response(s.AdmissionOut(result).data, status=code)
 
-    @extend_schema(request=s.SteerIn, responses={201: s.CommandOut, 200: s.CommandOut})
+    @extend_schema(request=s.SteerIn, responses={201: CommandOut, 200: CommandOut})
     @action(detail=True, methods=["post"])
     def steer(self, request: Request, pk: str) -> Response:
         data = api.body(s.SteerIn, request).validated_data
         result = steering.admit_steer(
             session_id=pk, tenant_id=_tenant_scope(request_key(request)), **data
         )
-        return api.created_or_replayed(result.command, s.CommandOut, result.created)
+        return api.created_or_replayed(result.command, CommandOut, result.created)
 
     @extend_schema(request=s.SessionCancelIn, responses=s.SessionCancelOut)
     @action(detail=True, methods=["post"])
@@ -128,8 +129,11 @@ class SessionViewSet(api.ObjectViewSet):
         return Response(s.SessionCancelOut(receipt).data)
 
     @extend_schema(parameters=[s.SessionEventsQuery], responses=s.SessionEventPageOut)
-    @action(detail=True, methods=["get"])
-    def trace(self, request: Request, pk: str) -> Response:
+    @action(detail=True, methods=["get"], url_path="trace", url_name="trace")
+    def trace_events(self, request: Request, pk: str) -> Response:
+        # Not named `trace`: DRF dispatches an HTTP method to the view method of that name,
+        # so a `trace` action answered TRACE requests on every sessions route (a 500 on the
+        # list; tests/fuzz found it).
         return self._events(request, pk, output_only=False)
 
     @extend_schema(parameters=[s.SessionEventsQuery], responses=s.SessionEventPageOut)

@@ -126,7 +126,31 @@ def project_turn_started_locked(run: Run, *, command_id: str, text: Any) -> None
     )
 
 
+def project_claim_locked(run: Run) -> None:
+    """A runner claimed the run: its session shows it running, if the run is the session's
+    current turn. A claim of another run of the session (a runner re-claiming a run whose
+    turn is over, after a newer turn was admitted) must not take the session over: it would
+    point the session at one run and at another run's turn command, and admission would
+    then refuse every turn (tests/soak found it). Needs the run lock."""
+    if _is_current_turn(run):
+        touch_session_for_run_locked(
+            run,
+            bump=False,
+            execution_state=ExecutionState.RUNNING,
+            active_run_id=run.id,
+            last_run_id=run.id,
+        )
+
+
+def _is_current_turn(run: Run) -> bool:
+    """Whether the run is its session's active turn (decided under the session lock)."""
+    session = lock_session(run.session_id) if run.session_id else None
+    return session is not None and session.active_run_id == run.id
+
+
 def project_steer_locked(run: Run, *, command_id: str) -> None:
+    if not _is_current_turn(run):
+        return  # a steer sent straight to an older run of the session: see project_claim
     touch_session_for_run_locked(
         run,
         bump=True,

@@ -4,6 +4,7 @@ from a shell. Calls the same services as `queue.schedule_batch`."""
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 from types import FrameType
@@ -11,8 +12,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from queues.services.scheduler import scheduler_pass
+
+logger = logging.getLogger("queues.scheduler")
 
 
 class Command(BaseCommand):
@@ -33,7 +37,16 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         while True:
-            counts = scheduler_pass(limit=options["limit"])
+            try:
+                counts = scheduler_pass(limit=options["limit"])
+            except (OperationalError, InterfaceError) as error:
+                if not options["loop"]:
+                    raise
+                # A lost connection (a restart, a failover, pg_terminate_backend): the task
+                # in flight rolled back whole; reconnect on the next pass, as the relay does.
+                logger.warning("queue scheduler pass failed on the database: %s", error)
+                close_old_connections()
+                counts = {}
             self._report(counts, as_json=options["json"])
             if not options["loop"] or stopping:
                 return

@@ -1,0 +1,69 @@
+"""Fault: a Celery relay worker SIGKILLed mid-batch.
+
+The relay claims a batch (committed lease), produces it to Kafka with no transaction open,
+then marks it delivered. The worker is killed while it holds a claim: records it had
+produced but not marked are sent again by the next worker once the lease lapses
+(at-least-once: a consumer sees them twice and dedupes by event id), nothing is lost, and
+every key's events arrive in order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from tests.faults.harness import REDIS_OUTBOX, celery_worker, purge, send_task, wait_for
+from tests.faults.invariants import assert_invariants
+from tests.faults.outbox_load import (
+    drain,
+    fill_backlog,
+    leased_by_pid,
+    outbox_runs,
+    read_back,
+    undelivered,
+)
+from tests.outbox.builders import use_outbox
+from tests.outbox.kafka_reader import KafkaReader
+from tests.support.kafka_broker import KafkaBroker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+EVENTS = 2_000
+
+
+def test_worker_killed_mid_relay_batch(
+    settings: SettingsWrapper, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic = use_outbox(settings, kafka_broker)
+    settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS = 4_000
+    fill_backlog(outbox_runs("f2"), EVENTS)
+    purge(REDIS_OUTBOX)
+    env = {"AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE": "50"}
+
+    def kick() -> None:
+        send_task(REDIS_OUTBOX, "outbox.relay_batch", "outbox")
+
+    with KafkaReader(kafka_broker.bootstrap_servers, topic) as reader:
+        with celery_worker(
+            "relay-a", queues="outbox", broker=REDIS_OUTBOX, data_dir=tmp_path, **env
+        ) as first:
+            kick()  # a full batch chains the next one
+            wait_for(
+                lambda: undelivered() < EVENTS - 200 and leased_by_pid(first.pid),
+                60,
+                "the worker to be inside a batch after delivering a few",
+                0.002,
+            )
+            first.kill()
+        in_flight, left = leased_by_pid(first.pid), undelivered()
+        print(f"\nrelay killed holding a claim of {in_flight} records; {left} undelivered")
+        assert in_flight > 0, "the kill did not land inside a batch"
+
+        with celery_worker(
+            "relay-b", queues="outbox", broker=REDIS_OUTBOX, data_dir=tmp_path, **env
+        ):
+            took = drain(kick, timeout=90)
+        events, duplicates = read_back(reader)
+    print(f"drained {took:.1f}s; {events} events read in key order, {duplicates} duplicates")
+    assert_invariants(outbox=True)

@@ -270,7 +270,14 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
                 )
         elif refusal is None:
             record_thread_locked(run, result=result)
-            close_open_commands_locked(run, commands, result=result)
+            close_open_commands_locked(
+                run,
+                commands,
+                state=CommandState.CANCELLED,
+                failure_kind="cancelled",
+                reason="run-finished",
+                message=f"the run was finished ({result.terminal_status}) before this command ran",
+            )
             terminalize_run_locked(run, result=result)
     log.info(
         "run finish reported",
@@ -287,17 +294,19 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     return run
 
 
-def close_open_commands_locked(run: Run, commands: list[Command], *, result: TurnResult) -> None:
-    """Commands still open when their runner finishes the run can never run (a steer that
-    came after the runner's last poll): each is closed `cancelled` with its
-    `command-terminal` event, so no command stays pending under a terminal run (tests/soak
-    found them). Needs the run lock and the command locks."""
-    message = f"the run was finished ({result.terminal_status}) before this command ran"
+def close_open_commands_locked(
+    run: Run, commands: list[Command], *, state: str, failure_kind: str, reason: str, message: str
+) -> None:
+    """Close every still-open command of a run that is ending (`cancelled` when the runner
+    finished the run before reaching it, `failed` when the run is failed for it), each with
+    its `command-terminal` event, so no command stays pending under a terminal run. Needs
+    the run lock and the command locks."""
     now = timezone.now()
+    terminal_status = "cancelled" if state == CommandState.CANCELLED else "failed"
     for command in commands:
         if command.is_terminal:
             continue
-        command.state = CommandState.CANCELLED
+        command.state = state
         command.updated_at = now
         command.save(update_fields=["state", "updated_at"])
         append_event_locked(
@@ -305,11 +314,11 @@ def close_open_commands_locked(run: Run, commands: list[Command], *, result: Tur
             type="backend_status",
             payload={
                 "phase": "command-terminal",
-                "reason": "run-finished",
+                "reason": reason,
                 "command_id": command.id,
-                "state": command.state,
-                "terminal_status": "cancelled",
-                "failure_kind": "cancelled",
+                "state": state,
+                "terminal_status": terminal_status,
+                "failure_kind": failure_kind,
                 "message": message,
                 "thread_id": None,
                 "turn_id": None,

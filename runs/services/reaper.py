@@ -26,7 +26,12 @@ from django.utils import timezone
 from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
 from runs.models import CommandState, FailureKind, Run, RunStatus
 from runs.services.events import append_event_locked
-from runs.services.lifecycle import TurnResult, release_claim_locked, terminalize_run_locked
+from runs.services.lifecycle import (
+    TurnResult,
+    close_open_commands_locked,
+    release_claim_locked,
+    terminalize_run_locked,
+)
 
 
 @dataclass
@@ -117,28 +122,9 @@ def fail_run_locked(run: Run, *, reason: str, phase: str, **facts: Any) -> None:
         type="backend_status",
         payload={"phase": phase, "reason": reason, "failure_kind": kind, **facts},
     )
-    now = timezone.now()
-    for command in commands:
-        if command.is_terminal:
-            continue
-        command.state = CommandState.FAILED
-        command.updated_at = now
-        command.save(update_fields=["state", "updated_at"])
-        append_event_locked(
-            run=run,
-            type="backend_status",
-            payload={
-                "phase": "command-terminal",
-                "reason": phase,
-                "command_id": command.id,
-                "state": "failed",
-                "terminal_status": "failed",
-                "failure_kind": kind,
-                "message": reason,
-                "thread_id": None,
-                "turn_id": None,
-            },
-        )
+    close_open_commands_locked(
+        run, commands, state=CommandState.FAILED, failure_kind=kind, reason=phase, message=reason
+    )
     terminalize_run_locked(
         run, result=TurnResult("failed", failure_kind=kind, failure_message=reason)
     )

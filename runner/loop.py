@@ -136,13 +136,14 @@ class Runner:
 
     # ---- commands --------------------------------------------------------------------
 
-    def _pending_commands(self) -> list[dict[str, Any]]:
-        items = self.api.get(
-            f"/runs/{self.run_id}/commands",
-            after_seq=self.last_seq,
-            limit=100,
-            deadline=self.lease_deadline,
+    def _commands_after(self, seq: int) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.api.get(
+            f"/runs/{self.run_id}/commands", after_seq=seq, limit=100, deadline=self.lease_deadline
         )["items"]
+        return items
+
+    def _pending_commands(self) -> list[dict[str, Any]]:
+        items = self._commands_after(self.last_seq)
         return [c for c in items if c["state"] in ("pending", "acknowledged")]
 
     def _execute_all(
@@ -174,7 +175,7 @@ class Runner:
         self.control = control
         if self.stopped.is_set():
             control.interrupted.set()
-        poller = _SteerPoller(self, control)
+        poller = _SteerPoller(self, control, turn_seq=command["seq"])
         poller.start()
         try:
             turn = TurnInput(
@@ -214,10 +215,12 @@ class Runner:
 
 
 class _SteerPoller:
-    """While a turn runs, feed later steers into it and honour interrupts."""
+    """While a turn runs, feed later steers into it and honour interrupts; a cancel of the
+    turn itself (its command turned `cancelled`) stops the runner at once, not at the next
+    heartbeat."""
 
-    def __init__(self, runner: Runner, control: TurnControl) -> None:
-        self.runner, self.control = runner, control
+    def __init__(self, runner: Runner, control: TurnControl, *, turn_seq: int) -> None:
+        self.runner, self.control, self.turn_seq = runner, control, turn_seq
         self.absorbed: list[dict[str, Any]] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steer-poller", daemon=True)
@@ -232,9 +235,17 @@ class _SteerPoller:
     def _run(self) -> None:
         while not self._done.wait(POLL_S):
             try:
-                commands = self.runner._pending_commands()
+                seen = self.runner._commands_after(self.turn_seq - 1)
             except (ApiError, ApiUnavailable):
                 continue
+            if seen and seen[0]["seq"] == self.turn_seq and seen[0]["state"] == "cancelled":
+                self._turn_cancelled()
+                return
+            commands = [
+                c
+                for c in seen
+                if c["seq"] > self.runner.last_seq and c["state"] in ("pending", "acknowledged")
+            ]
             for command in commands:
                 if command["type"] not in ("steer", "interrupt"):
                     break  # a later turn waits for this one to end
@@ -245,6 +256,16 @@ class _SteerPoller:
                     self.control.interrupted.set()
                 else:
                     self.control.steers.put(str(command["payload"].get("text", "")))
+
+    def _turn_cancelled(self) -> None:
+        """The turn was cancelled: interrupt it; if its whole run was, stop the runner."""
+        self.control.interrupted.set()
+        try:
+            run = self.runner.api.get(f"/runs/{self.runner.run_id}")
+        except (ApiError, ApiUnavailable):
+            return  # the heartbeat will tell
+        if run["status"] in ("completed", "failed", "blocked", "cancelled"):
+            self.runner.stop("cancelled" if run["status"] == "cancelled" else "run-terminal")
 
 
 def _result(outcome: TurnOutcome) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from runs.models import Command, Event, Run
-from runs.services.cancel import cancel_run
+from runs.services.cancel import cancel_command, cancel_run
 from runs.services.commands import create_command
 from sessions.models import Session
 from tests.builders import make_run
@@ -103,3 +103,21 @@ def _wait_for(condition, timeout_s: float = 20) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def test_cancelling_only_the_turn_interrupts_it_and_the_runner_goes_on(live_server) -> None:
+    run = make_run()
+    stuck = create_command(
+        run_id=run.id, type="turn", payload={"text": "x", "scripted": {"mode": "hang"}}
+    ).command
+    after = create_command(run_id=run.id, type="turn", payload={"text": "next one"}).command
+    runner = start_runner(api_url=live_server.url, run_id=run.id, lease_ms=30_000)
+    _wait_for(lambda: Command.objects.get(pk=stuck.pk).state == "acknowledged")
+    cancelled_at = time.monotonic()
+    cancel_command(command_id=stuck.id, reason="not this one")
+    out, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 0, out
+    assert time.monotonic() - cancelled_at < 10  # well before a heartbeat (every 10 s)
+    assert Command.objects.get(pk=after.pk).state == "completed"
+    assert "Echo: next one" in output_text(run)
+    assert Run.objects.get(pk=run.pk).status == "completed"

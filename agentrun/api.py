@@ -52,6 +52,11 @@ def tenant_for_write(api_key: ApiKey, tenant_id: str | None) -> str:
     return api_key.tenant_id
 
 
+def tenant_scope(api_key: ApiKey) -> str | None:
+    """The tenant a write to an existing object is confined to: None for operators (any)."""
+    return None if api_key.is_operator else api_key.tenant_id
+
+
 class ObjectViewSet(viewsets.ViewSet):
     """A resource addressed by id: the id in the path is validated like any other input."""
 

@@ -17,7 +17,6 @@ from rest_framework.response import Response
 
 from agentrun import api
 from agentrun.auth import IsClientOrOperator, request_key
-from agentrun.models import ApiKey
 from agentrun.validation import validate_path_id
 from queues import selectors
 from queues.api import serializers as s
@@ -32,11 +31,6 @@ LIST_OR_FEED = PolymorphicProxySerializer(
     serializers=[s.TaskPageOut, s.TaskFeedOut],
     resource_type_field_name=None,
 )
-
-
-def _tenant_scope(api_key: ApiKey) -> str | None:
-    """The tenant a write is confined to: None for operators (any tenant)."""
-    return None if api_key.is_operator else api_key.tenant_id
 
 
 def _feed(scope: QuerySet[QueueTask], query: dict[str, Any]) -> selectors.FeedPage:
@@ -93,7 +87,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
         api_key = request_key(request)
         outcome = tasks.cancel_task(
             task_id=pk,
-            tenant_id=_tenant_scope(api_key),
+            tenant_id=api.tenant_scope(api_key),
             reason=data["reason"],
             requested_by=api_key.id,
         )
@@ -104,7 +98,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     def read(self, request: Request, pk: str) -> Response:
         data = api.body(s.TaskReadIn, request).validated_data
         cursor = tasks.mark_task_read(
-            task_id=pk, tenant_id=_tenant_scope(request_key(request)), **data
+            task_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
         )
         return Response(s.TaskReadCursorOut(cursor).data)
 
@@ -122,7 +116,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     def retry(self, request: Request, pk: str) -> Response:
         data = api.body(s.RetryIn, request).validated_data
         reservation = retry.reserve_retry(
-            task_id=pk, tenant_id=_tenant_scope(request_key(request)), **data
+            task_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
         )
         return api.created_or_replayed(reservation, s.ReservationOut, reservation.created)
 
@@ -133,7 +127,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
         activation = retry.activate_retry(
             task_id=pk,
             attempt_id=validate_path_id(attempt_id, field="attempt_id"),
-            tenant_id=_tenant_scope(request_key(request)),
+            tenant_id=api.tenant_scope(request_key(request)),
         )
         return Response(s.ActivationOut(activation).data)
 
@@ -144,7 +138,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
         attempt = retry.record_attempt_failure(
             task_id=pk,
             attempt_id=validate_path_id(attempt_id, field="attempt_id"),
-            tenant_id=_tenant_scope(request_key(request)),
+            tenant_id=api.tenant_scope(request_key(request)),
             **data,
         )
         return Response(s.AttemptOut(attempt).data)

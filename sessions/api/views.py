@@ -15,16 +15,10 @@ from rest_framework.response import Response
 
 from agentrun import api
 from agentrun.auth import IsClientOrOperator, request_key
-from agentrun.models import ApiKey
 from runs.api.serializers import CommandOut
 from sessions import selectors
 from sessions.api import serializers as s
 from sessions.services import admission, lifecycle, steering
-
-
-def _tenant_scope(api_key: ApiKey) -> str | None:
-    """The tenant a write is confined to: None for operators (any tenant)."""
-    return None if api_key.is_operator else api_key.tenant_id
 
 
 def _event_page(session_id: str, run_id: str | None, items: list[Any], after: int) -> Response:
@@ -106,7 +100,7 @@ class SessionViewSet(api.ObjectViewSet):
     def steer(self, request: Request, pk: str) -> Response:
         data = api.body(s.SteerIn, request).validated_data
         result = steering.admit_steer(
-            session_id=pk, tenant_id=_tenant_scope(request_key(request)), **data
+            session_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
         )
         return api.created_or_replayed(result.command, CommandOut, result.created)
 
@@ -117,7 +111,7 @@ class SessionViewSet(api.ObjectViewSet):
         api_key = request_key(request)
         outcome = steering.cancel_session(
             session_id=pk,
-            tenant_id=_tenant_scope(api_key),
+            tenant_id=api.tenant_scope(api_key),
             reason=data["reason"],
             requested_by=api_key.id,
         )
@@ -158,7 +152,7 @@ class SessionViewSet(api.ObjectViewSet):
     def read(self, request: Request, pk: str) -> Response:
         data = api.body(s.ReadIn, request).validated_data
         cursor = lifecycle.mark_session_read(
-            session_id=pk, tenant_id=_tenant_scope(request_key(request)), **data
+            session_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
         )
         return Response(s.ReadCursorOut(cursor).data)
 
@@ -167,7 +161,7 @@ class SessionViewSet(api.ObjectViewSet):
     def storage(self, request: Request, pk: str) -> Response:
         facts = api.body(s.StorageIn, request).facts()
         session = lifecycle.refresh_session_storage(
-            session_id=pk, tenant_id=_tenant_scope(request_key(request)), facts=facts
+            session_id=pk, tenant_id=api.tenant_scope(request_key(request)), facts=facts
         )
         return Response(s.SessionOut(session).data)
 
@@ -175,6 +169,6 @@ class SessionViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"], url_path="storage/evict")
     def evict(self, request: Request, pk: str) -> Response:
         session = lifecycle.mark_session_storage_evicted(
-            session_id=pk, tenant_id=_tenant_scope(request_key(request))
+            session_id=pk, tenant_id=api.tenant_scope(request_key(request))
         )
         return Response(s.SessionOut(session).data)

@@ -40,21 +40,45 @@ class IssuedKey:
     secret: str
 
 
+@dataclass(frozen=True)
+class KeyRequest:
+    tenant_id: str
+    role: str
+    run_id: str | None = None
+    name: str = ""
+
+
 def issue_api_key(
     *, tenant_id: str, role: str, run_id: str | None = None, name: str = ""
 ) -> IssuedKey:
     """Create a key and return it with its secret, which is never stored or shown again."""
-    if role not in ApiKeyRole.values:
-        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ApiKeyRole.values)}")
-    if role == ApiKeyRole.RUNNER and not run_id:
-        raise ValueError("a runner key is scoped to one run: give its run id")
+    return issue_api_keys(requests=[KeyRequest(tenant_id, role, run_id, name)])[0]
+
+
+def issue_api_keys(*, requests: list[KeyRequest]) -> list[IssuedKey]:
+    """`issue_api_key` for many keys in one INSERT (the dispatcher issues one runner key per
+    launch, a batch at a time). Validates all before writing any."""
+    for request in requests:
+        if request.role not in ApiKeyRole.values:
+            raise ValueError(
+                f"unknown role {request.role!r}; expected one of {', '.join(ApiKeyRole.values)}"
+            )
+        if request.role == ApiKeyRole.RUNNER and not request.run_id:
+            raise ValueError("a runner key is scoped to one run: give its run id")
+    issued = [_new_key(request) for request in requests]
+    ApiKey.objects.bulk_create([key.api_key for key in issued])
+    return issued
+
+
+def _new_key(request: KeyRequest) -> IssuedKey:
+    role = request.role
     secret = f"{KEY_PREFIX}_{role}_{secrets.token_urlsafe(32)}"
-    api_key = ApiKey.objects.create(
+    api_key = ApiKey(
         id=new_id("key"),
-        name=name,
-        tenant_id=tenant_id,
+        name=request.name,
+        tenant_id=request.tenant_id,
         role=role,
-        run_id=run_id if role == ApiKeyRole.RUNNER else None,
+        run_id=request.run_id if role == ApiKeyRole.RUNNER else None,
         key_prefix=secret[: len(KEY_PREFIX) + len(role) + 8],
         key_digest=secret_digest(secret),
     )

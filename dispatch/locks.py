@@ -50,7 +50,9 @@ FROM due, agentrun_runs r
 WHERE i.id = due.id AND r.id = i.run_id
 RETURNING i.id, i.run_id, i.command_id, i.attempt_count, i.lease_owner, i.lease_expires_at,
           i.runner_job_id, i.input, i.next_attempt_at, i.created_at,
-          r.backend_profile, r.tenant_id
+          r.backend_profile, r.tenant_id,
+          (SELECT b.capacity FROM agentrun_backends b WHERE b.profile = r.backend_profile)
+            AS capacity
 """
 
 
@@ -58,8 +60,9 @@ def claim_due_intents(*, owner: str, lease_ms: int, limit: int) -> list[dict[str
     """Claim up to `limit` due intents of live runs and commands, oldest due first.
 
     Bumps `attempt_count` and sets the lease; returns one dict per claimed intent (with its
-    run's backend profile and tenant). Needs the caller's transaction: the claim is the
-    commit of that transaction, one per batch.
+    run's backend profile, tenant and the profile's `capacity`, so that a worker needs no
+    second read to know whether the profile is limited). Needs the caller's transaction:
+    the claim is the commit of that transaction, one per batch.
     """
     assert connection.in_atomic_block, "claim_due_intents needs an open transaction"
     with connection.cursor() as cursor:
@@ -79,3 +82,15 @@ def lock_intent(intent_id: str) -> RunnerDispatchIntent:
     if found is None:
         raise not_found("dispatch intent", intent_id)
     return found
+
+
+def lock_intents(intent_ids: list[str]) -> dict[str, RunnerDispatchIntent]:
+    """`lock_intent` for a batch: one statement, in id order; 404 if one does not exist.
+    Take the runs' (and commands') locks first."""
+    wanted = sorted(set(intent_ids))
+    locked = RunnerDispatchIntent.objects.select_for_update(no_key=True).filter(pk__in=wanted)
+    intents = {intent.id: intent for intent in locked.order_by("id")}
+    for intent_id in wanted:
+        if intent_id not in intents:
+            raise not_found("dispatch intent", intent_id)
+    return intents

@@ -18,6 +18,11 @@ from runs.models import LIVE_RUN_STATUSES, Backend, Run, RunStatus
 def max_concurrent_runs(profile: str) -> int | None:
     """The profile's `capacity.max_concurrent_runs`; None when unset (no limit)."""
     capacity = Backend.objects.filter(profile=profile).values_list("capacity", flat=True).first()
+    return capacity_limit(capacity)
+
+
+def capacity_limit(capacity: Any) -> int | None:
+    """`max_concurrent_runs` of a backend's `capacity` object; None when unset or invalid."""
     value = capacity.get("max_concurrent_runs") if isinstance(capacity, dict) else None
     return value if isinstance(value, int) and value >= 0 else None
 

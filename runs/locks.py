@@ -21,6 +21,18 @@ def lock_run(run_id: str) -> Run:
     return run
 
 
+def lock_runs(run_ids: list[str]) -> dict[str, Run]:
+    """Lock several runs in one statement, in id order (so that two batches over the same
+    runs queue instead of deadlocking); 404 if one does not exist. For batch settles."""
+    wanted = sorted(set(run_ids))
+    locked = Run.objects.select_for_update().filter(pk__in=wanted).order_by("id")
+    runs = {run.id: run for run in locked}
+    for run_id in wanted:
+        if run_id not in runs:
+            raise not_found("run", run_id)
+    return runs
+
+
 def lock_run_commands(run: Run) -> list[Command]:
     """Lock every command of a locked run, in seq order (finish and cancel touch them all)."""
     return list(Command.objects.select_for_update().filter(run=run).order_by("seq"))
@@ -32,6 +44,18 @@ def lock_command(command_id: str, *, run: Run) -> Command:
     if command is None:
         raise not_found("command", command_id)
     return command
+
+
+def lock_commands(command_ids: list[str]) -> dict[str, Command]:
+    """Lock several commands of already locked runs in one statement, in (run, seq) order;
+    404 if one does not exist. The caller checks that each belongs to the run it locked."""
+    wanted = sorted(set(command_ids))
+    locked = Command.objects.select_for_update().filter(pk__in=wanted).order_by("run_id", "seq")
+    commands = {command.id: command for command in locked}
+    for command_id in wanted:
+        if command_id not in commands:
+            raise not_found("command", command_id)
+    return commands
 
 
 def lock_run_of_command(command_id: str) -> Run:

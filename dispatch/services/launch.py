@@ -3,17 +3,20 @@
 `dispatch_batch` is what the Celery task, `manage.py dispatch_once` and the tests call.
 For one batch:
 
-1. claim up to `limit` due intents (one transaction, SKIP LOCKED: see `claims`);
-2. per backend profile, hold the runner-create fence (a session advisory lock on
-   `LockKey.RUNNER_CREATE` + profile, entered outside any transaction) while counting the
-   profile's active runs against `capacity.max_concurrent_runs`, launching, and
-   committing the completions: no two workers can both see the last free slot;
+1. claim up to `limit` due intents (one transaction, SKIP LOCKED: see `claims`); the
+   claim also returns each run's profile capacity;
+2. per backend profile with a `capacity.max_concurrent_runs`, hold the runner-create
+   fence (a session advisory lock on `LockKey.RUNNER_CREATE` + profile, entered outside
+   any transaction) while counting the profile's active runs, launching, and committing
+   the completions: no two workers can both see the last free slot. A profile without a
+   limit has no slot to race for and takes no fence, so its batches run in parallel;
 3. over capacity → the intent is given back, due after a short wait, its attempt not
    counted; a launch error → retry with backoff, or terminalise after the last attempt;
-4. complete the launched intents of the profile in one transaction; a claim refused as
+4. the batch's runner keys are issued in one INSERT, then each claim is launched;
+5. the launched intents are completed in one set-based transaction; a claim refused as
    stale (its run was cancelled meanwhile) gets its launch aborted and its key revoked.
 
-No transaction is open during a launch (rule 7): the runner key is committed before, the
+No transaction is open during a launch (rule 7): the runner keys are committed before, the
 outcome in a new transaction after. A worker dying mid-batch leaves `dispatching` intents
 whose lease expires; the next claim takes them again (attempt + 1).
 """
@@ -30,7 +33,7 @@ from dataclasses import asdict, dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from agentrun.auth import issue_api_key
+from agentrun.auth import KeyRequest, issue_api_keys
 from agentrun.locks import LockKey, advisory_session_lock
 from agentrun.metrics import count_dispatch
 from agentrun.models import ApiKey
@@ -83,8 +86,9 @@ def dispatch_batch(
 ) -> DispatchCounts:
     """Claim one bounded batch and dispatch it; returns the counts.
 
-    Must be called outside a transaction (it takes the session-level runner-create fence
-    and commits several short transactions). Launchers default to `local` and `kubernetes`.
+    Must be called outside a transaction (it may take the session-level runner-create
+    fence and commits several short transactions). Launchers default to `local` and
+    `kubernetes`.
     """
     claims = claim_intents(
         owner=owner or worker_owner(),
@@ -92,31 +96,38 @@ def dispatch_batch(
         limit=limit or settings.AGENTRUN_DISPATCH_BATCH_SIZE,
     )
     counts = DispatchCounts(claimed=len(claims))
+    launchers = launchers or default_launchers()
     by_profile: dict[str, list[IntentClaim]] = {}
     for claim in claims:
         by_profile.setdefault(claim.backend_profile, []).append(claim)
     for profile, group in sorted(by_profile.items()):
+        if all(claim.capacity_limit is None for claim in group):
+            # No limit: there is no last free slot to race for, so no fence (a limit set
+            # meanwhile applies from the next batch).
+            _dispatch(group, launchers, counts)
+            continue
         with advisory_session_lock(LockKey.RUNNER_CREATE, profile):
-            _dispatch_profile(profile, group, launchers or default_launchers(), counts)
+            to_launch, waiting = _within_capacity(profile, group)
+            _defer(profile, waiting, counts)
+            _dispatch(to_launch, launchers, counts)
     count_dispatch(counts.as_dict())  # every transaction of the batch has committed
     return counts
 
 
-def _dispatch_profile(
-    profile: str,
-    claims: list[IntentClaim],
-    launchers: Mapping[str, Launcher],
-    counts: DispatchCounts,
-) -> None:
-    """Under the profile's runner-create fence: capacity, launches, completions."""
-    to_launch, waiting = _within_capacity(profile, claims)
+def _defer(profile: str, waiting: list[IntentClaim], counts: DispatchCounts) -> None:
     if waiting:
         counts.waiting += defer_intents(
             claims=waiting,
             delay_ms=settings.AGENTRUN_DISPATCH_CAPACITY_WAIT_MS,
             why={"reason": "capacity", "backend_profile": profile},
         )
-    launched = [done for claim in to_launch if (done := _launch(claim, launchers, counts))]
+
+
+def _dispatch(
+    claims: list[IntentClaim], launchers: Mapping[str, Launcher], counts: DispatchCounts
+) -> None:
+    """Launch the claims and complete the launched ones in one transaction."""
+    launched = _launch_all(claims, launchers, counts)
     if not launched:
         return
     outcome = complete_intents(completions=[item for item, _ in launched])
@@ -125,7 +136,7 @@ def _dispatch_profile(
     for refused, error in outcome.refused:
         counts.fenced += 1
         logger.info("dispatch: %s; aborting %s", error.message, refused.launched.job_name)
-        _revoke(keys[refused.claim.id])
+        _revoke([keys[refused.claim.id]])
         _abort(refused.launched, launchers)
 
 
@@ -133,50 +144,69 @@ def _within_capacity(
     profile: str, claims: list[IntentClaim]
 ) -> tuple[list[IntentClaim], list[IntentClaim]]:
     """Split claims into those that fit the profile's free slots and those that wait. A
-    run that already holds a runner takes no new slot."""
+    run that already holds a runner takes no new slot. Read under the fence."""
     limit = selectors.max_concurrent_runs(profile)
+    if limit is None:
+        return claims, []
     active_count, holding = selectors.active_runs(
         profile=profile, among=[claim.run_id for claim in claims]
     )
-    free = None if limit is None else limit - active_count
+    free = limit - active_count
     fits, waits = [], []
     for claim in claims:
-        if claim.run_id not in holding and free is not None and free <= 0:
+        if claim.run_id not in holding and free <= 0:
             waits.append(claim)
             continue
         if claim.run_id not in holding:
             holding.add(claim.run_id)
-            free = None if free is None else free - 1
+            free -= 1
         fits.append(claim)
     return fits, waits
 
 
-def _launch(
+def _launch_all(
+    claims: list[IntentClaim], launchers: Mapping[str, Launcher], counts: DispatchCounts
+) -> list[tuple[Completion, ApiKey]]:
+    """Launch each claim with a fresh run-scoped runner key (the batch's keys are issued in
+    one INSERT, committed before any launch); settle the ones that cannot launch."""
+    ready = [(claim, found) for claim in claims if (found := _launcher(claim, launchers, counts))]
+    issued = issue_api_keys(
+        requests=[
+            KeyRequest(
+                tenant_id=claim.tenant_id,
+                role="runner",
+                run_id=claim.run_id,
+                name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
+            )
+            for claim, _ in ready
+        ]
+    )
+    launched, unused = [], []
+    for (claim, launcher), key in zip(ready, issued, strict=True):
+        try:
+            launched.append(
+                (Completion(claim, launcher.launch(_request(claim, key.secret))), key.api_key)
+            )
+        except LaunchError as error:
+            unused.append(key.api_key)
+            _settle_failure(claim, error, counts)
+    _revoke(unused)
+    return launched
+
+
+def _launcher(
     claim: IntentClaim, launchers: Mapping[str, Launcher], counts: DispatchCounts
-) -> tuple[Completion, ApiKey] | None:
-    """Launch one claim with a fresh run-scoped runner key; settle it on failure."""
+) -> Launcher | None:
+    """The claim's launcher, or None after settling a claim that cannot be launched."""
     if claim.attempt_count > settings.AGENTRUN_DISPATCH_MAX_ATTEMPTS:
         # Earlier attempts were claimed by workers that died before settling them.
         _settle_failure(claim, LaunchError("dispatch attempts exhausted", reason="lost"), counts)
         return None
     try:
-        launcher = launcher_for(claim.options, launchers)
+        return launcher_for(claim.options, launchers)
     except LaunchError as error:
         _settle_failure(claim, error, counts)
         return None
-    issued = issue_api_key(
-        tenant_id=claim.tenant_id,
-        role="runner",
-        run_id=claim.run_id,
-        name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
-    )
-    try:
-        launched = launcher.launch(_request(claim, issued.secret))
-    except LaunchError as error:
-        _revoke(issued.api_key)
-        _settle_failure(claim, error, counts)
-        return None
-    return Completion(claim, launched), issued.api_key
 
 
 def _request(claim: IntentClaim, secret: str) -> LaunchRequest:
@@ -215,10 +245,13 @@ def _settle_failure(claim: IntentClaim, error: LaunchError, counts: DispatchCoun
         counts.fenced += 1
 
 
-def _revoke(api_key: ApiKey) -> None:
-    """Revoke the runner key of a launch that did not happen or was aborted. A one-row
-    update of a key nobody else has seen; auth has no revoke service yet."""
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+def _revoke(api_keys: list[ApiKey]) -> None:
+    """Revoke the runner keys of launches that did not happen or were aborted. An update
+    of keys nobody else has seen; auth has no revoke service yet."""
+    if api_keys:
+        ApiKey.objects.filter(pk__in=[key.pk for key in api_keys], revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
 
 
 def _abort(launched: Launched, launchers: Mapping[str, Launcher]) -> None:

@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError, stale_lease
 from agentrun.ids import new_id
 from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
+from outbox.cloudevents import partition_key_for
 from outbox.services.record import record_outbox_locked
 from runs.locks import lock_run
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
 from runs.services.fencing import late_write_payload, stale_claim_reason
-from sessions.services.projection import record_event_activity_locked
+from sessions.services.projection import record_events_activity_locked
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
 log = logging.getLogger("agentrun.runs")
@@ -52,7 +54,46 @@ def append_events_locked(
     late-write-rejected}` instead of as output (seed `fenceLateEventForCancelledRun`).
     """
     last_seq = Event.objects.filter(run=run).aggregate(last=Max("seq"))["last"] or 0
+    rows = _event_rows(run, events, last_seq=last_seq, runner_id=runner_id, now=timezone.now())
+    _store([rows])
+    return rows
+
+
+@dataclass(frozen=True)
+class RunEvents:
+    run: Run
+    events: list[NewEvent]
+
+
+def append_events_to_runs_locked(*, batches: list[RunEvents]) -> list[list[Event]]:
+    """`append_events_locked` of server-written events for several runs at once (a batch
+    settle): one read of the runs' last seqs, one INSERT, one NOTIFY statement, whatever
+    the number of runs. Needs the caller's transaction and every run's lock; one entry per
+    run. Returns the appended events per entry, in order."""
+    assert len({batch.run.id for batch in batches}) == len(batches), "one entry per run"
+    last_seqs = _last_seqs([batch.run.id for batch in batches])
     now = timezone.now()
+    appended = [
+        _event_rows(batch.run, batch.events, last_seq=last_seqs[batch.run.id], now=now)
+        for batch in batches
+        if batch.events
+    ]
+    _store(appended)
+    return appended
+
+
+def _last_seqs(run_ids: list[str]) -> dict[str, int]:
+    """Each run's last event seq, in one statement: a correlated `ORDER BY seq DESC LIMIT
+    1` per run walks the (run, seq) index instead of aggregating the runs' whole logs.
+    Read after the runs were locked, so no event of theirs can commit meanwhile."""
+    last = Event.objects.filter(run=OuterRef("pk")).order_by("-seq").values("seq")[:1]
+    found = Run.objects.filter(pk__in=run_ids).annotate(last=Subquery(last))
+    return {run_id: seq or 0 for run_id, seq in found.values_list("pk", "last")}
+
+
+def _event_rows(
+    run: Run, events: list[NewEvent], *, last_seq: int, now: datetime, runner_id: str | None = None
+) -> list[Event]:
     rows = []
     for offset, new in enumerate(events, start=1):
         event_type, payload = new.type, new.payload
@@ -76,22 +117,43 @@ def append_events_locked(
                 created_at=now,
             )
         )
-    Event.objects.bulk_create(rows)
-    # The session row before the outbox key lock (the documented order: run, session, outbox
-    # key). The other way round, two runs of one session deadlocked (tests/soak found it): an
-    # append held the key and waited for the session row that a finish of the session's
-    # other run held while it waited for the key to append its terminal event.
-    record_event_activity_locked(run, last_seq=rows[-1].seq)
-    record_outbox_locked(run=run, events=rows)  # same transaction; a no-op when the outbox is off
-    notify_run_change(run.id)
-    count_events_on_commit(row.type for row in rows)
     return rows
+
+
+def _store(per_run: list[list[Event]]) -> None:
+    """Insert the events of one or more locked runs and record what follows from them, in
+    the documented lock order: every session row first, then every outbox key lock. The
+    other way round, two runs of one session deadlocked (tests/soak found it): an append
+    held the key and waited for the session row that a finish of the session's other run
+    held while it waited for the key to append its terminal event."""
+    per_run = [rows for rows in per_run if rows]
+    if not per_run:
+        return
+    Event.objects.bulk_create([event for rows in per_run for event in rows])
+    record_events_activity_locked(
+        {rows[0].run.session_id: rows[-1].seq for rows in per_run if rows[0].run.session_id}
+    )
+    for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
+        record_outbox_locked(run=rows[0].run, events=rows)  # a no-op when the outbox is off
+    notify_runs_change([rows[0].run.id for rows in per_run])
+    count_events_on_commit(event.type for rows in per_run for event in rows)
 
 
 def notify_run_change(run_id: str) -> None:
     """Queue `NOTIFY agentrun_run_change, <run id>`; PostgreSQL sends it at commit."""
+    notify_runs_change([run_id])
+
+
+def notify_runs_change(run_ids: list[str]) -> None:
+    """`notify_run_change` for several runs in one statement."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [RUN_CHANGE_CHANNEL, run_id])
+        if len(run_ids) == 1:
+            cursor.execute("SELECT pg_notify(%s, %s)", [RUN_CHANGE_CHANNEL, run_ids[0]])
+            return
+        cursor.execute(
+            "SELECT pg_notify(%s, run_id) FROM unnest(%s::text[]) AS run_id",
+            [RUN_CHANGE_CHANNEL, run_ids],
+        )
 
 
 def fence_runner_write(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -13,7 +14,7 @@ from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.redaction import redact_json
 from runs.locks import lock_run, lock_runner_job
-from runs.models import Command, Runner, RunnerJob
+from runs.models import Run, Runner, RunnerJob
 
 
 def register_runner(
@@ -90,42 +91,79 @@ def save_runner_job(
     Locks: the run row. Errors: 404 unknown run or a command of another run; 409 when the
     key was used with a different job.
     """
-    payload_hash = spec.payload_hash()
     with transaction.atomic():
         run = lock_run(run_id)
-        if idempotency_key is not None:
-            existing = RunnerJob.objects.filter(run=run, idempotency_key=idempotency_key).first()
-            if existing is not None:
-                if existing.payload_hash != payload_hash:
-                    raise conflict(
-                        f"runner job idempotency key {idempotency_key!r} was used with a "
-                        "different job",
-                        code="idempotency_mismatch",
-                        runner_job_id=existing.id,
-                    )
-                return SavedRunnerJob(existing, created=False)
-        if not Command.objects.filter(pk=spec.command_id, run=run).exists():
+        item = NewRunnerJob(run, spec, idempotency_key)
+        # A replay is answered from its key (409 if it differs) before the command is checked.
+        if not _existing_jobs([item]) and not run.commands.filter(pk=spec.command_id).exists():
             raise not_found("command", spec.command_id)
-        now = timezone.now()
-        job = RunnerJob.objects.create(
-            id=new_id("rjob"),
-            run=run,
-            command_id=spec.command_id,
-            idempotency_key=idempotency_key,
-            payload_hash=payload_hash,
-            attempt_id=spec.attempt_id,
-            runner_id=spec.runner_id,
-            namespace=spec.namespace,
-            job_name=spec.job_name,
-            manager_url=spec.manager_url,
-            image=spec.image,
-            source_commit=spec.source_commit,
-            service_account_name=spec.service_account_name,
-            result=redact_json(spec.result or {}),
-            created_at=now,
-            updated_at=now,
-        )
-    return SavedRunnerJob(job, created=True)
+        return save_runner_jobs_locked(jobs=[item])[0]
+
+
+@dataclass(frozen=True)
+class NewRunnerJob:
+    run: Run
+    spec: RunnerJobSpec
+    idempotency_key: str | None = None
+
+
+def save_runner_jobs_locked(*, jobs: list[NewRunnerJob]) -> list[SavedRunnerJob]:
+    """Record several launched jobs: one read of the replays, one INSERT of the new ones.
+
+    Needs the caller's transaction and the runs' locks, and each spec's command checked to
+    be its run's (the dispatcher has locked both). Errors: 409 when an idempotency key was
+    used with a different job (nothing of the batch is written: the caller rolls back).
+    """
+    existing = _existing_jobs(jobs)
+    now = timezone.now()
+    saved: list[SavedRunnerJob] = []
+    for item in jobs:
+        payload_hash = item.spec.payload_hash()
+        replay = existing.get((item.run.id, item.idempotency_key))
+        if replay is not None:
+            if replay.payload_hash != payload_hash:
+                raise conflict(
+                    f"runner job idempotency key {item.idempotency_key!r} was used with a "
+                    "different job",
+                    code="idempotency_mismatch",
+                    runner_job_id=replay.id,
+                )
+            saved.append(SavedRunnerJob(replay, created=False))
+            continue
+        saved.append(SavedRunnerJob(_job_row(item, payload_hash, now), created=True))
+    RunnerJob.objects.bulk_create([item.job for item in saved if item.created])
+    return saved
+
+
+def _existing_jobs(jobs: list[NewRunnerJob]) -> dict[tuple[str, str | None], RunnerJob]:
+    keys = [item.idempotency_key for item in jobs if item.idempotency_key is not None]
+    if not keys:
+        return {}
+    runs = {item.run.id for item in jobs}
+    found = RunnerJob.objects.filter(run_id__in=runs, idempotency_key__in=keys)
+    return {(job.run_id, job.idempotency_key): job for job in found}
+
+
+def _job_row(item: NewRunnerJob, payload_hash: str, now: datetime) -> RunnerJob:
+    spec = item.spec
+    return RunnerJob(
+        id=new_id("rjob"),
+        run=item.run,
+        command_id=spec.command_id,
+        idempotency_key=item.idempotency_key,
+        payload_hash=payload_hash,
+        attempt_id=spec.attempt_id,
+        runner_id=spec.runner_id,
+        namespace=spec.namespace,
+        job_name=spec.job_name,
+        manager_url=spec.manager_url,
+        image=spec.image,
+        source_commit=spec.source_commit,
+        service_account_name=spec.service_account_name,
+        result=redact_json(spec.result or {}),
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def patch_runner_job_result(*, runner_job_id: str, patch: dict[str, Any]) -> RunnerJob:

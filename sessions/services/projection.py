@@ -7,8 +7,10 @@ version (`sessions.versions`); event appends only advance `last_event_seq` and a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from agentrun.errors import conflict, not_found
@@ -198,11 +200,21 @@ def project_run_terminal_locked(run: Run) -> None:
 
 def record_event_activity_locked(run: Run, *, last_seq: int) -> None:
     """Advance the session's last event seq and activity; not a versioned change."""
-    if run.session_id is None:
+    if run.session_id is not None:
+        record_events_activity_locked({run.session_id: last_seq})
+
+
+def record_events_activity_locked(last_seqs: Mapping[str, int]) -> None:
+    """`record_event_activity_locked` for several sessions (session id → the last seq
+    appended for it) in one UPDATE; its index scan locks the rows in id order."""
+    if not last_seqs:
         return
     now = timezone.now()
-    Session.objects.filter(pk=run.session_id).update(
-        last_event_seq=last_seq, last_activity_at=now, updated_at=now
+    seqs = [When(pk=session_id, then=Value(seq)) for session_id, seq in last_seqs.items()]
+    Session.objects.filter(pk__in=list(last_seqs)).update(
+        last_event_seq=Case(*seqs),
+        last_activity_at=now,
+        updated_at=now,
     )
 
 

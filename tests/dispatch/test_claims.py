@@ -14,7 +14,7 @@ from dispatch.models import RunnerDispatchIntent
 from dispatch.services.claims import StaleClaimError, claim_intents, complete_intent
 from dispatch.services.failures import retry_intent, terminalize_intent
 from dispatch.services.launch import dispatch_batch
-from runs.models import RunnerJob
+from runs.models import Backend, RunnerJob
 from runs.services.cancel import cancel_run
 from tests.dispatch.helpers import (
     RecordingLauncher,
@@ -42,8 +42,12 @@ def _claimer(owner: str, launcher: RecordingLauncher) -> Callable[[], Counter[st
 
 
 @pytest.mark.django_db(transaction=True)
-def test_four_claimers_racing_over_1000_intents_dispatch_each_exactly_once() -> None:
-    set_capacity("scripted", 100_000)
+@pytest.mark.parametrize("limited", [True, False], ids=["fenced", "unlimited"])
+def test_four_claimers_racing_over_1000_intents_dispatch_each_exactly_once(limited: bool) -> None:
+    if limited:
+        set_capacity("scripted", 100_000)
+    else:  # no limit: no fence, the four batches settle concurrently
+        Backend.objects.filter(profile="scripted").update(capacity={})
     for _ in range(INTENTS):
         make_dispatch_command()
     launcher = RecordingLauncher()

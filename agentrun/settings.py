@@ -179,6 +179,16 @@ AGENTRUN_LONG_POLL_MAX_SECONDS = 30
 
 # Runner dispatch (dispatch app): launchers, claim batches, backoff, capacity, reaping.
 AGENTRUN_LAUNCHER = os.environ.get("AGENTRUN_LAUNCHER", "local")  # or "kubernetes"
+# More launchers, as `name=dotted.path.Class` pairs separated by commas; each class is
+# built with no arguments and must follow `dispatch.launchers.base.Launcher`.
+AGENTRUN_EXTRA_LAUNCHERS = {
+    name.strip(): path.strip()
+    for name, _, path in (
+        pair.partition("=")
+        for pair in os.environ.get("AGENTRUN_EXTRA_LAUNCHERS", "").split(",")
+        if pair.strip()
+    )
+}
 AGENTRUN_API_URL = os.environ.get("AGENTRUN_API_URL", "http://127.0.0.1:8000")
 # The local runner's command line; `{run_id}`, `{python}`, `{manage_py}` are replaced.
 # Unset: `python manage.py runner --run RUN_ID`.

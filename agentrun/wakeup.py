@@ -7,8 +7,9 @@ anything it missed. So:
 - the message is published from one background thread per process, never by the
   committing request, which must not wait for a slow or unreachable broker;
 - wake-ups coalesce: while one is queued and not yet sent, another commit adds nothing,
-  since the batch it triggers takes everything due (tasks wake themselves again while
-  their batches come back full);
+  since the batch it triggers takes everything due; a task whose batch came back full
+  queues its own follow-up (`continue_burst`, not coalesced), so a burst keeps every
+  batch that started it going until the backlog is drained;
 - a broker error is logged, not raised (the work is committed already); the message is
   published without retries and expires after a minute (an old wake-up is worthless).
 Tasks are sent by name, so this module imports no task and no service.
@@ -41,22 +42,37 @@ class Waker:
         if not getattr(settings, self.enabled_setting):
             return
         with self._lock:
-            if self._sender is None or self._sender[0] != os.getpid():
-                self._sender = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="wake"))
-                self._queued = False
+            executor = self._executor_locked()
             if self._queued:
                 return
             self._queued = True
-            executor = self._sender[1]
-        executor.submit(self._send)
+        executor.submit(self._send, "commit")
 
-    def _send(self) -> None:
+    def continue_burst(self) -> None:
+        """From a task whose batch came back full: queue one more batch, not coalesced.
+        One follow-up per full batch keeps as many batches in flight as the burst began
+        with; coalesced, two batches finishing together could leave one follow-up and the
+        burst would narrow. Returns at once; never raises."""
+        if not getattr(settings, self.enabled_setting):
+            return
         with self._lock:
-            self._queued = False  # a commit from now on queues another wake-up after this
+            executor = self._executor_locked()
+        executor.submit(self._send, "continue")
+
+    def _executor_locked(self) -> ThreadPoolExecutor:
+        if self._sender is None or self._sender[0] != os.getpid():
+            self._sender = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="wake"))
+            self._queued = False
+        return self._sender[1]
+
+    def _send(self, trigger: str) -> None:
+        if trigger == "commit":
+            with self._lock:
+                self._queued = False  # a commit from now on queues another wake-up after this
         try:
             app.send_task(
                 self.task,
-                kwargs={"trigger": "commit"},
+                kwargs={"trigger": trigger},
                 queue=self.queue,
                 expires=60,
                 retry=False,

@@ -72,6 +72,18 @@ def clear_queues() -> None:
         ]
         if existing:
             conn.execute("TRUNCATE " + ", ".join(existing) + " CASCADE")
+    set_bench_capacity({})
+
+
+def set_bench_capacity(capacity: dict[str, int]) -> None:
+    """The bench profile's `capacity` (`{}`: no limit, so no runner-create fence)."""
+    with env.admin_connect() as conn:
+        conn.execute(
+            "INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at)"
+            " VALUES (%s, '{}', %s, '{}', now())"
+            " ON CONFLICT (profile) DO UPDATE SET capacity = excluded.capacity",
+            [BENCH_PROFILE, json.dumps(capacity)],
+        )
 
 
 SEEDED_TABLES = (  # child tables first; the seeded rows' ids all start with "<prefix>_b"

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from dispatch.services.launch import dispatch_batch, worker_owner
 from dispatch.services.reconcile import reconcile_runner_jobs
-from dispatch.wakeup import DISPATCH_TASK, wake_dispatcher
+from dispatch.wakeup import DISPATCH_TASK, continue_dispatch
 from runs.services.reaper import reap_expired_leases
 
 
@@ -19,10 +19,11 @@ from runs.services.reaper import reap_expired_leases
 def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     """Claim and dispatch one batch. `trigger` (`commit` or `beat`) is recorded in the
     lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
-    full batch wakes the dispatcher again, so a burst drains without waiting for beat."""
+    full batch queues its follow-up, so a burst drains without waiting for beat, with as
+    many batches in flight as began it."""
     counts = dispatch_batch(owner=worker_owner(trigger))
     if counts.claimed >= settings.AGENTRUN_DISPATCH_BATCH_SIZE:
-        wake_dispatcher()
+        continue_dispatch()
     return counts.as_dict()
 
 

@@ -17,3 +17,8 @@ _waker = Waker(
 def wake_dispatcher() -> None:
     """Queue one dispatch batch; returns at once, never raises."""
     _waker.wake()
+
+
+def continue_dispatch() -> None:
+    """From a dispatch task whose batch came back full: one more batch (not coalesced)."""
+    _waker.continue_burst()

@@ -2,8 +2,9 @@
 
 `local` (default) starts the reference runner as a subprocess; `kubernetes` creates a
 batch/v1 Job. An intent picks one with its `launcher` key; otherwise
-`AGENTRUN_LAUNCHER` decides. Callers may pass their own mapping of launchers (the
-dispatch step takes one), which is how a deployment adds another kind.
+`AGENTRUN_LAUNCHER` decides. A deployment adds another kind with
+`AGENTRUN_EXTRA_LAUNCHERS` (`name=dotted.path.Class`); callers (tests) may also pass their
+own mapping to the dispatch step.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
 from dispatch.launchers.base import JobState, Launched, Launcher, LaunchError, LaunchRequest
 from dispatch.launchers.kubernetes import KubernetesLauncher
@@ -29,7 +32,17 @@ __all__ = [
 
 
 def default_launchers() -> dict[str, Launcher]:
-    return {"local": LocalLauncher(), "kubernetes": KubernetesLauncher()}
+    """`local`, `kubernetes`, and the deployment's `AGENTRUN_EXTRA_LAUNCHERS`."""
+    launchers: dict[str, Launcher] = {"local": LocalLauncher(), "kubernetes": KubernetesLauncher()}
+    for name, path in settings.AGENTRUN_EXTRA_LAUNCHERS.items():
+        try:
+            launchers[name] = import_string(path)()
+        except ImportError as error:
+            raise ImproperlyConfigured(
+                f"AGENTRUN_EXTRA_LAUNCHERS: launcher {name!r} = {path!r} cannot be imported: "
+                f"{error}"
+            ) from error
+    return launchers
 
 
 def launcher_for(options: Mapping[str, Any], launchers: Mapping[str, Launcher]) -> Launcher:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,8 @@ from django.db import connection
 from django.test import override_settings
 
 from dispatch.models import RunnerDispatchIntent
-from runs.models import Command, Event, Run
+from dispatch.wakeup import wake_dispatcher
+from runs.models import Backend, Command, Event, Run, RunnerJob
 from tests.dispatch.helpers import celery_broker, make_dispatch_command
 
 REDIS = ("127.0.0.1", 6379, "redis://127.0.0.1:6379/13")
@@ -63,11 +65,14 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 @contextmanager
-def celery_worker(broker: str, api_url: str, data_dir: Path) -> Iterator[Path]:
+def celery_worker(
+    broker: str, api_url: str, data_dir: Path, extra_env: dict[str, str] | None = None
+) -> Iterator[Path]:
     """`celery -A agentrun worker -B` against the test database; yields its log file."""
     log = data_dir / "worker.log"
     env = {
         **os.environ,
+        **(extra_env or {}),
         "DATABASE_URL": _test_database_url(),
         "CELERY_BROKER_URL": broker,
         "AGENTRUN_API_URL": api_url,
@@ -151,3 +156,35 @@ def test_a_celery_worker_with_beat_dispatches_intents_end_to_end(
         _wait(lambda: _dispatched(missed), 15, "the beat to dispatch the missed intent")
         assert _dispatcher(missed).endswith(":beat")
         _wait(lambda: _completed(missed), 20, "the runner to finish the missed run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_wake_up_drains_a_burst_with_follow_up_batches(
+    live_server: Any, tmp_path: Path
+) -> None:
+    """30 intents, batches of 5, one wake-up: each full batch queues its own follow-up
+    (not coalesced), so the burst drains without the beat. The launcher is plugged in
+    through `AGENTRUN_EXTRA_LAUNCHERS`, as a deployment would add one."""
+    broker = _broker_url()
+    _purge(broker)
+    Backend.objects.filter(profile="scripted").update(capacity={})  # no limit to wait on
+    with override_settings(AGENTRUN_DISPATCH_WAKE_ON_COMMIT=False):
+        burst = [make_dispatch_command(dispatch={"launcher": "recording"}) for _ in range(30)]
+    extra = {
+        "AGENTRUN_EXTRA_LAUNCHERS": "recording=tests.dispatch.helpers.RecordingLauncher",
+        "AGENTRUN_DISPATCH_BATCH_SIZE": "5",
+    }
+    with celery_worker(broker, live_server.url, tmp_path, extra) as log, celery_broker(broker):
+        ticks = _beat_ticks(log)
+        _wait(lambda: _beat_ticks(log) > ticks and _beat_ticks_done(log), 15, "a beat tick")
+        dispatched_by_beat = RunnerDispatchIntent.objects.filter(state="dispatched").count()
+        wake_dispatcher()
+        _wait(
+            lambda: RunnerDispatchIntent.objects.filter(state="dispatched").count() == 30,
+            4,  # the next beat tick is ~5 s away
+            "the burst to drain",
+        )
+    triggers = Counter(_dispatcher(command).rsplit(":", 1)[1] for command in burst)
+    assert triggers["continue"] >= 30 - dispatched_by_beat - 5, triggers
+    assert triggers["beat"] == dispatched_by_beat, triggers
+    assert RunnerJob.objects.count() == 30  # each launched once

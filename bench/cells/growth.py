@@ -132,7 +132,7 @@ def run(scale: Scale) -> CellReport:
             scale.heavy_reps,
         )
     )
-    n = scale.pick(100, 800)
+    n = scale.pick(300, 3_000)
     drain = drain_sample("agentrun", n=n, slots=4, clear=queues.clear_seeded)
     report.outcomes.append(
         compare(

@@ -1,26 +1,35 @@
 """Long-poll: wait until a run has an event after a seq, or a timeout passes.
 
 One listener per process holds one autocommit connection that LISTENs on
-`agentrun_run_change` and wakes the waiters of the run each notification names, so a
-thousand waiting requests cost one extra database connection, not a thousand. A waiter
-registers (which returns only once the listener is LISTENing), *then* checks whether the
-event already exists, then sleeps until woken or timed out, and checks again when woken:
-an append that commits between the check and the sleep still wakes it (seed
-`waitForRunChange`). If the listener loses its connection, it wakes every waiter (they
-re-check the database) and reconnects, so a lost notification costs a query, never an
-event.
+`agentrun_run_change`, and it alone queries the database for waiters: a waiter registers
+(run id, after_seq) and sleeps on an in-process event, holding no database connection (its
+thread's Django connection is closed first, unless a transaction pins it). The listener
+checks each newly registered waiter, and each run a notification names, with one query per
+batch on its own connection (the last seq of those runs), and wakes the waiters that run
+has passed. So a thousand sleeping long-polls cost one database connection, not a thousand.
+
+No event is missed: a waiter is checked only after it is registered *and* the listener is
+LISTENing, so an append committed before that check is seen by it, and one committed after
+it notifies the listener (seed `waitForRunChange`). If the listener loses its connection it
+reconnects and checks every waiter once more: a lost notification costs a query, never an
+event. While it cannot reconnect, waiters time out (an empty page; the client polls again).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import select
+import socket
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import psycopg
 from django.db import connection
+from psycopg.rows import TupleRow
 
 from agentrun.errors import not_ready
 from agentrun.metrics import LONG_POLL_WAITERS
@@ -29,49 +38,70 @@ from runs.services.events import RUN_CHANGE_CHANNEL
 
 log = logging.getLogger("agentrun.runs")
 RECONNECT_S = 0.5
+APPLICATION_NAME = "agentrun-run-change-listener"  # how operators spot it in pg_stat_activity
+# Raw SQL on the listener's own psycopg connection (the ORM is bound to Django's): one
+# backward index probe of (run_id, seq) per run, however many events the run has.
+LAST_SEQ_SQL = (
+    "SELECT r.id, (SELECT max(e.seq) FROM agentrun_events e WHERE e.run_id = r.id) "
+    "FROM unnest(%s::text[]) AS r(id)"
+)
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One waiting call: `found` is set once the run has an event with seq > after_seq."""
+
+    run_id: str
+    after_seq: int
+    found: threading.Event = field(default_factory=threading.Event)
 
 
 class RunChangeListener:
-    """The process's LISTEN connection and the waiters it wakes, by run id."""
+    """The process's LISTEN connection, and the waiters it checks and wakes, by run id."""
 
     def __init__(self, connect_params: dict[str, object]) -> None:
         self._params = connect_params
         self._lock = threading.Lock()
-        self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
+        self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+        self._unchecked: set[str] = set()  # runs with a waiter registered since the last check
+        # Rung by register() to wake the select(). Sockets, not a pipe: once closed (stop)
+        # a late ring fails on the object instead of writing to a reused descriptor.
+        self._bell_r, self._bell_w = socket.socketpair()
+        self._bell_r.setblocking(False)
+        self._bell_w.setblocking(False)
         self._listening = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="run-change-listener", daemon=True)
         self._thread.start()
 
-    def register(self, run_id: str, *, timeout_s: float) -> threading.Event:
-        """A wake-up event for `run_id`; returns once notifications are being received."""
-        woken = threading.Event()
+    def register(self, run_id: str, after_seq: int, *, timeout_s: float) -> Waiter:
+        """A waiter for `run_id`, to be checked; returns once notifications are received."""
+        waiter = Waiter(run_id, after_seq)
         with self._lock:
-            self._waiters[run_id].add(woken)
+            self._waiters[run_id].add(waiter)
+            self._unchecked.add(run_id)
+        self._ring()
         if not self._listening.wait(timeout_s):
-            self.unregister(run_id, woken)
+            self.unregister(waiter)
             raise TimeoutError("the run-change listener could not LISTEN in time")
-        return woken
+        return waiter
 
-    def unregister(self, run_id: str, woken: threading.Event) -> None:
+    def unregister(self, waiter: Waiter) -> None:
         with self._lock:
-            waiters = self._waiters.get(run_id)
+            waiters = self._waiters.get(waiter.run_id)
             if waiters is not None:
-                waiters.discard(woken)
+                waiters.discard(waiter)
                 if not waiters:
-                    del self._waiters[run_id]
-
-    def _wake(self, run_id: str | None) -> None:
-        """Wake the waiters of one run, or of every run (None) after a reconnect."""
-        with self._lock:
-            groups = [self._waiters.get(run_id, set())] if run_id else self._waiters.values()
-            for woken in [w for group in groups for w in group]:
-                woken.set()
+                    del self._waiters[waiter.run_id]
 
     def stop(self) -> None:
         """Close the connection and end the thread (tests; a process's exit does it too)."""
         self._stopped.set()
+        self._ring()
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._bell_r.close()
+            self._bell_w.close()
 
     def _run(self) -> None:
         while not self._stopped.is_set():
@@ -80,17 +110,53 @@ class RunChangeListener:
             except psycopg.Error as error:
                 log.warning("run-change listener lost its connection: %s", error)
             self._listening.clear()
-            self._wake(None)
             self._stopped.wait(RECONNECT_S)
 
     def _listen(self) -> None:
-        with psycopg.connect(**self._params, autocommit=True) as listener:  # type: ignore[arg-type]
+        params = {**self._params, "application_name": APPLICATION_NAME, "autocommit": True}
+        with psycopg.connect(**params) as listener:  # type: ignore[arg-type]
             listener.execute(f"LISTEN {RUN_CHANGE_CHANNEL}")
             self._listening.set()
-            self._wake(None)  # anything missed while (re)connecting: re-check
+            self._take_unchecked()
+            self._check(listener, None)  # anything missed while (re)connecting
             while not self._stopped.is_set():
-                for notice in listener.notifies(timeout=1.0):
-                    self._wake(notice.payload)
+                notified = {notice.payload for notice in listener.notifies(timeout=0)}
+                if runs := notified | self._take_unchecked():
+                    # Notifications that arrive during the check's query are kept aside by
+                    # psycopg, not left on the socket: collect them before select() again.
+                    self._check(listener, runs)
+                    continue
+                select.select([listener.fileno(), self._bell_r.fileno()], [], [], 1.0)
+                self._ring_off()
+
+    def _ring(self) -> None:
+        # Full: the bell rings already. Closed: the listener was stopped, and register()
+        # times out waiting for it to LISTEN.
+        with contextlib.suppress(OSError):
+            self._bell_w.send(b"!")
+
+    def _ring_off(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # empty now
+            while self._bell_r.recv(4096):
+                pass
+
+    def _take_unchecked(self) -> set[str]:
+        with self._lock:
+            taken, self._unchecked = self._unchecked, set()
+        return taken
+
+    def _check(self, listener: psycopg.Connection[TupleRow], runs: set[str] | None) -> None:
+        """Wake the waiters of `runs` (every run: None) whose run has passed their seq."""
+        with self._lock:
+            run_ids = [r for r in (self._waiters if runs is None else runs) if r in self._waiters]
+        if not run_ids:
+            return
+        last_seqs = listener.execute(LAST_SEQ_SQL, [run_ids]).fetchall()
+        with self._lock:
+            for run_id, last_seq in last_seqs:
+                for waiter in self._waiters.get(run_id, ()):
+                    if last_seq is not None and last_seq > waiter.after_seq:
+                        waiter.found.set()
 
 
 _listener: tuple[int, RunChangeListener] | None = None
@@ -118,22 +184,39 @@ def stop_run_change_listener() -> None:
         _listener = None
 
 
+def _release_connection() -> bool:
+    """Close this thread's Django connection unless a transaction pins it; True if free.
+
+    Django reconnects on the next query. Under CONN_MAX_AGE that costs one connect per
+    long-poll, against a server connection held idle for the whole wait otherwise.
+    """
+    if connection.in_atomic_block or (
+        connection.connection is not None and not connection.autocommit
+    ):
+        return False
+    connection.close()
+    return True
+
+
 def wait_for_event(*, run_id: str, after_seq: int, timeout_s: float) -> bool:
-    """Return True as soon as the run has an event with seq > after_seq, False on timeout."""
+    """Return True as soon as the run has an event with seq > after_seq, False on timeout.
+
+    Sleeps without a database connection: the thread's Django connection is closed first
+    (reopened by its next query), unless a transaction pins it (ATOMIC_REQUESTS, a test's
+    transaction); then it stays open, and is checked too, as only it sees its own rows.
+    """
     deadline = time.monotonic() + timeout_s
+    if not _release_connection() and (
+        Event.objects.filter(run_id=run_id, seq__gt=after_seq).exists()
+    ):
+        return True
     listener = run_change_listener()
     with LONG_POLL_WAITERS.track_inprogress():
         try:
-            woken = listener.register(run_id, timeout_s=max(timeout_s, 5.0))
+            waiter = listener.register(run_id, after_seq, timeout_s=max(timeout_s, 5.0))
         except TimeoutError as error:
             raise not_ready("the run event stream is not available; retry") from error
         try:
-            while True:
-                woken.clear()
-                if Event.objects.filter(run_id=run_id, seq__gt=after_seq).exists():
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not woken.wait(remaining):
-                    return False
+            return waiter.found.wait(max(0.0, deadline - time.monotonic()))
         finally:
-            listener.unregister(run_id, woken)
+            listener.unregister(waiter)

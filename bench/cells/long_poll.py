@@ -1,21 +1,21 @@
 """Cell 8: long-poll wake-up, from an append's commit to the waiter returning.
 
 agentrun: W waiter threads, each in a loop of `runs.waiting.wait_for_event(run_id=…,
-after_seq=…)` on its own run; that function opens its own LISTEN connection per call
-(and the waiter thread's Django connection runs the "already there?" check). The appender
-(another connection) appends one event at a time in the append service's transaction shape
-(cell 1's raw-SQL append, so the moment COMMIT is sent can be stamped), round robin over
-the waited runs, with a short gap so a waiter is armed again before its run's next event.
+after_seq=…)` on its own run. That function sleeps without a database connection: the
+process's one run-change listener LISTENs, checks the waiters' runs (one query per batch
+on its own connection) and wakes those whose run passed their seq. The appender (another
+connection) appends one event at a time in the append service's transaction shape (cell
+1's raw-SQL append, so the moment COMMIT is sent can be stamped), round robin over the
+waited runs, with a short gap so a waiter is armed again before its run's next event.
 Latency = the waiter's return - the moment the append's COMMIT was sent.
 
 Reference (a limit): the same waiters multiplexed on ONE long-lived LISTEN connection
-(a dispatcher thread reads notifications and wakes the waiter of that run), the shape of
-PgQueuer's and Procrastinate's listeners. Same appender, same rounds.
+(a dispatcher thread reads notifications and wakes the waiter of that run, with no query),
+the shape of PgQueuer's and Procrastinate's listeners. Same appender, same rounds.
 
-With 200 waiters agentrun needs 2 connections per waiter (400 > max_connections=100 on
-this server), so that figure runs agentrun with as many waiters as the server's free
-connections allow and says so in its parameters; the reference runs the same number.
-A separate reference-only line shows the multiplexed listener at the full 200.
+Both sides run the issue's 1 and 200 waiters. Each sample also counts the server
+connections its waiters hold while they sleep (backends on the bench database, less those
+open before the waiters started): the point of the shared listener is that this stays 1.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from django.db import connection
 
 from bench import env, fixtures
 from bench.cells.event_append import raw_append
-from bench.harness import CellReport, Figure, Ledger, Sample, Scale, compare
+from bench.harness import CellReport, Figure, Ledger, Outcome, Sample, Scale, compare
 from runs.services.events import RUN_CHANGE_CHANNEL
-from runs.waiting import wait_for_event
+from runs.waiting import stop_run_change_listener, wait_for_event
 
 WAKE_TIMEOUT_S = 5.0
 
@@ -113,6 +113,43 @@ def last_seqs(runs: list[fixtures.ClaimedRun]) -> dict[str, int]:
     return dict(rows)
 
 
+def backends() -> int:
+    """Server connections to the bench database, the one asking excluded."""
+    with env.admin_connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0])
+
+
+def start_crew(
+    kind: str, runs: list[fixtures.ClaimedRun], stop: threading.Event
+) -> tuple[list[Waiter], SharedListener | None]:
+    seqs = last_seqs(runs)
+    if kind == "agentrun":
+        return [AgentrunWaiter(r, seqs[r.run_id], stop) for r in runs], None
+    crew = [MultiplexedWaiter(r, seqs[r.run_id], stop) for r in runs]
+    listener = SharedListener({w.run_ref.run_id: w for w in crew}, stop)
+    listener.start()
+    return list(crew), listener
+
+
+def drive(crew: list[Waiter], appender: Any, rounds: int, gap_s: float) -> tuple[list[float], int]:
+    """Append round robin over the crew; the wake-up latencies and the wakes that never came."""
+    latencies, lost = [], 0
+    for n in range(rounds):
+        waiter = crew[n % len(crew)]
+        waiter.woke.clear()
+        committed = append_one(appender, waiter.run_ref, n)
+        if waiter.woke.wait(WAKE_TIMEOUT_S):
+            latencies.append((waiter.wakes[-1] - committed) * 1000)
+        else:
+            lost += 1
+        time.sleep(gap_s)
+    return latencies, lost
+
+
 def wake_sample(
     kind: str, runs: list[fixtures.ClaimedRun], *, rounds: int, gap_s: float
 ) -> Callable[[], Sample]:
@@ -120,29 +157,16 @@ def wake_sample(
 
     def run() -> Sample:
         stop = threading.Event()
-        seqs = last_seqs(runs)
-        if kind == "agentrun":
-            crew: list[Waiter] = [AgentrunWaiter(r, seqs[r.run_id], stop) for r in runs]
-            listener = None
-        else:
-            crew = [MultiplexedWaiter(r, seqs[r.run_id], stop) for r in runs]
-            listener = SharedListener({w.run_ref.run_id: w for w in crew}, stop)  # type: ignore[misc]
-            listener.start()
+        stop_run_change_listener()  # each agentrun sample starts (and counts) its own listener
+        before = backends()
+        crew, listener = start_crew(kind, runs, stop)
         for waiter in crew:
             waiter.start()
         time.sleep(0.3 + 0.005 * waiters)  # every waiter connected and listening
-        latencies, lost = [], 0
+        held = backends() - before  # while every waiter sleeps
         appender = fixtures.raw_connect()
         began = time.perf_counter()
-        for n in range(rounds):
-            waiter = crew[n % waiters]
-            waiter.woke.clear()
-            committed = append_one(appender, waiter.run_ref, n)
-            if waiter.woke.wait(WAKE_TIMEOUT_S):
-                latencies.append((waiter.wakes[-1] - committed) * 1000)
-            else:
-                lost += 1
-            time.sleep(gap_s)
+        latencies, lost = drive(crew, appender, rounds, gap_s)
         elapsed = time.perf_counter() - began
         stop.set()
         for index, waiter in enumerate(crew):  # wake everyone so they see `stop`
@@ -156,51 +180,41 @@ def wake_sample(
         ledger = Ledger(expected=rounds, seen=rounds - lost, lost=lost)
         if errors:
             ledger.notes.append(f"{len(errors)} waiter errors, first: {errors[0]}")
-        return Sample(rounds - lost, elapsed, ledger, latencies, {"waiters": waiters})
+        extra = {"waiters": waiters, "connections_while_waiting": held}
+        return Sample(rounds - lost, elapsed, ledger, latencies, extra)
 
     return run
 
 
-def connection_budget() -> int:
-    """Waiters agentrun can hold without starving the shared server (2 connections each)."""
-    with env.admin_connect() as conn:
-        limit = int(conn.execute("SHOW max_connections").fetchone()[0])
-        used = conn.execute("SELECT count(*) FROM pg_stat_activity").fetchone()[0]
-    return max(1, (limit - used - 30) // 2)
+def connections_note(outcome: Outcome) -> str:
+    def most(samples: list[Sample]) -> int:
+        return max((s.extra.get("connections_while_waiting", 0) for s in samples), default=0)
+
+    return (
+        f"{outcome.figure.key}: server connections held while the waiters sleep (most of "
+        f"{len(outcome.a)} samples): agentrun {most(outcome.a)}, shared-listen {most(outcome.b)}"
+    )
 
 
 def run(scale: Scale) -> CellReport:
     report = CellReport()
     gap = scale.pick(0.02, 0.03)
-    budget = connection_budget()
-    runs = fixtures.claimed_runs(max(budget, 200), with_session=False)
-    for requested in (1, 200):
-        waiters = min(requested, budget)
-        rounds = scale.pick(20, 120 if requested == 1 else 200)
-        if waiters < requested:
-            report.note(
-                f"{requested} waiters need {2 * requested} connections on agentrun's side "
-                f"(a LISTEN connection per wait_for_event call + the thread's Django "
-                f"connection); this server allows {budget} waiters, so the figure runs "
-                f"{waiters} on both sides"
-            )
+    runs = fixtures.claimed_runs(200, with_session=False)
+    for waiters in (1, 200):
+        rounds = scale.pick(20, 120 if waiters == 1 else 200)
         figure = Figure(
-            f"8.wake.{requested}",
+            f"8.wake.{waiters}",
             f"long-poll wake-up, {waiters} waiters",
             "agentrun",
             wake_sample("agentrun", runs[:waiters], rounds=rounds, gap_s=gap),
             "shared-listen",
             wake_sample("shared", runs[:waiters], rounds=rounds, gap_s=gap),
-            params={"waiters_requested": requested, "waiters": waiters, "rounds": rounds},
+            params={"waiters": waiters, "rounds": rounds},
             metric="p50",
             unit="ms",
             reference_kind="limit",
         )
-        report.outcomes.append(compare(figure))
-    full = wake_sample("shared", runs[:200], rounds=scale.pick(30, 200), gap_s=gap)()
-    report.data["shared_listener_200"] = full.as_dict()
-    report.note(
-        f"reference alone at 200 waiters (1 connection): p50 {full.pct(50):.2f} ms, "
-        f"p99 {full.pct(99):.2f} ms, lost {full.ledger.lost}"
-    )
+        outcome = compare(figure)
+        report.outcomes.append(outcome)
+        report.note(connections_note(outcome))
     return report

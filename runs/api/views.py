@@ -119,6 +119,7 @@ class RunViewSet(api.ObjectViewSet):
         page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
         timed_out = False
         if not page and query["wait"] > 0:
+            # Sleeps without this thread's database connection; the page query reconnects.
             timed_out = not wait_for_event(
                 run_id=run.id, after_seq=query["after_seq"], timeout_s=query["wait"]
             )

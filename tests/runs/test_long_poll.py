@@ -1,4 +1,5 @@
-"""Long-poll: wake promptly on an append from another connection, or time out empty."""
+"""Long-poll: wake promptly on an append from another connection, or time out empty; and
+sleep without a database connection, so hundreds of waiters fit a 100-connection server."""
 
 from __future__ import annotations
 
@@ -8,9 +9,44 @@ import time
 import pytest
 from django.db import connection
 
+from agentrun.auth import issue_api_key
+from runs.models import Event
 from runs.services.events import NewEvent, append_runner_events
-from runs.waiting import wait_for_event
-from tests.builders import key_client, make_claimed_run
+from runs.waiting import APPLICATION_NAME, wait_for_event
+from tests.builders import api_client, key_client, make_claimed_run
+
+
+def append_log(run_id: str) -> None:
+    append_runner_events(
+        run_id=run_id, runner_id="r1", lease_epoch=1, events=[NewEvent("log", {"line": "wake"})]
+    )
+
+
+def server_connections() -> int:
+    """Backends connected to the test database now, this thread's own included."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+def listener_pid() -> int | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s",
+            [APPLICATION_NAME],
+        )
+        rows = cursor.fetchall()
+    assert len(rows) <= 1, rows
+    return rows[0][0] if rows else None
+
+
+def settles_at_most(limit: int, *, within_s: float) -> int:
+    """Poll the connection count until it is at most `limit`; the last count seen."""
+    deadline = time.monotonic() + within_s
+    while (count := server_connections()) > limit and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return count
 
 
 @pytest.mark.django_db(transaction=True)
@@ -90,17 +126,127 @@ def test_fifty_waiters_share_one_listen_connection_and_all_wake() -> None:
     for thread in threads:
         thread.start()
     time.sleep(1.0)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query LIKE 'LISTEN agentrun_run_change%%'"
-        )
-        listeners = cursor.fetchone()[0]
+    listener = listener_pid()  # at most one, checked inside
     for run in runs:
-        append_runner_events(
-            run_id=run.id, runner_id="r1", lease_epoch=1, events=[NewEvent("log", {"line": "wake"})]
-        )
+        append_log(run.id)
     for thread in threads:
         thread.join(timeout=20)
-    assert listeners == 1
+    assert listener is not None
     assert results == [True] * 50
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_hundred_sleeping_waiters_hold_no_server_connections_and_all_wake() -> None:
+    """200 waiters on a server allowing 100 connections: each first uses its thread's
+    connection (as a request does before it waits), then sleeps without it."""
+    runs = [make_claimed_run(runner_id="r1") for _ in range(200)]
+    results: dict[str, bool] = {}
+    errors: list[BaseException] = []
+
+    def waiter(run_id: str, armed: threading.Event) -> None:
+        try:
+            assert Event.objects.filter(run_id=run_id).exists()  # opens this thread's connection
+            armed.set()
+            results[run_id] = wait_for_event(run_id=run_id, after_seq=1, timeout_s=60)
+        except BaseException as error:
+            errors.append(error)
+            armed.set()
+        finally:
+            connection.close()
+
+    threads = []
+    for run in runs:  # started one by one: at most a couple of connections open at once
+        armed = threading.Event()
+        threads.append(threading.Thread(target=waiter, args=(run.id, armed)))
+        threads[-1].start()
+        assert armed.wait(10)
+    sleeping = settles_at_most(5, within_s=10)
+    still_waiting = sum(thread.is_alive() for thread in threads)
+    for run in runs:
+        append_log(run.id)
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    assert still_waiting == 200
+    # This thread's connection and the listener's, not one per waiter.
+    assert sleeping <= 5, f"{sleeping} server connections while 200 waiters sleep"
+    assert results == {run.id: True for run in runs}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_ahead_of_its_run_sleeps_through_earlier_events() -> None:
+    run = make_claimed_run(runner_id="r1")  # its last event is seq 1
+    woke: list[bool] = []
+
+    def waiter() -> None:
+        try:
+            woke.append(wait_for_event(run_id=run.id, after_seq=2, timeout_s=10))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.3)
+    append_log(run.id)  # seq 2: notified, but not past the waiter's seq
+    thread.join(timeout=0.5)
+    slept_through = thread.is_alive()
+    append_log(run.id)  # seq 3
+    thread.join(timeout=5)
+    assert slept_through
+    assert woke == [True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_append_while_the_listener_is_cut_off_still_wakes_its_waiter() -> None:
+    """A lost notification costs the listener a query on reconnecting, never the event."""
+    run = make_claimed_run(runner_id="r1")
+    woke: list[bool] = []
+
+    def waiter() -> None:
+        try:
+            woke.append(wait_for_event(run_id=run.id, after_seq=1, timeout_s=15))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.5)
+    first = listener_pid()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [first])
+    append_log(run.id)  # the listener reconnects only after RECONNECT_S
+    thread.join(timeout=10)
+    assert woke == [True]
+    assert listener_pid() not in (None, first)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_http_long_polls_give_back_their_connection_while_they_wait() -> None:
+    runs = [make_claimed_run(runner_id="r1") for _ in range(20)]
+    secret = issue_api_key(tenant_id="tenant-a", role="client").secret
+    pages: dict[str, dict] = {}
+
+    def poll(run_id: str) -> None:
+        try:
+            pages[run_id] = (
+                api_client(secret)
+                .get(f"/api/v1/runs/{run_id}/events", {"after_seq": 1, "wait": 20})
+                .json()
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=poll, args=(run.id,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    waiting = settles_at_most(5, within_s=10)
+    still_waiting = sum(thread.is_alive() for thread in threads)
+    for run in runs:
+        append_log(run.id)
+    for thread in threads:
+        thread.join(timeout=30)
+    assert (still_waiting, waiting <= 5) == (20, True), waiting
+    assert {run_id: [e["seq"] for e in page["items"]] for run_id, page in pages.items()} == {
+        run.id: [2] for run in runs
+    }

@@ -48,9 +48,16 @@ def lock_command(command_id: str, *, run: Run) -> Command:
 
 def lock_commands(command_ids: list[str]) -> dict[str, Command]:
     """Lock several commands of already locked runs in one statement, in (run, seq) order;
-    404 if one does not exist. The caller checks that each belongs to the run it locked."""
+    404 if one does not exist. The caller checks that each belongs to the run it locked.
+    For batch settles, which read states, not what a command says: `payload` (a turn's
+    whole text) is deferred, not decoded."""
     wanted = sorted(set(command_ids))
-    locked = Command.objects.select_for_update().filter(pk__in=wanted).order_by("run_id", "seq")
+    locked = (
+        Command.objects.select_for_update()
+        .filter(pk__in=wanted)
+        .defer("payload")
+        .order_by("run_id", "seq")
+    )
     commands = {command.id: command for command in locked}
     for command_id in wanted:
         if command_id not in commands:

@@ -43,6 +43,20 @@ def get_run_for(*, api_key: ApiKey, run_id: str) -> Run:
     return run
 
 
+def writable_run_id(*, api_key: ApiKey, run_id: str) -> str:
+    """The run a runner-protocol write (events, claim, heartbeat, finish) may go to.
+
+    A runner key names its one run, so nothing is read: the service locks the run and
+    404s if it is gone. Any other key's run is read in its scope (`get_run_for`). Another
+    run is a 404 either way. Saves the hot runner writes a SELECT of the row they lock next.
+    """
+    if api_key.role == ApiKeyRole.RUNNER:
+        if api_key.run_id != run_id:
+            raise not_found("run", run_id)
+        return run_id
+    return get_run_for(api_key=api_key, run_id=run_id).id
+
+
 def get_command_for(*, api_key: ApiKey, command_id: str) -> Command:
     command = (
         Command.objects.select_related("run", "dispatch_intent")

@@ -112,9 +112,10 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(methods=["POST"], request=s.EventAppendIn, responses={201: items_of(s.EventOut)})
     @action(detail=True, methods=["get", "post"])
     def events(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
         if request.method == "POST":
-            return self._append_events(request, run.id)
+            run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
+            return self._append_events(request, run_id)
+        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
         query = api.query(s.EventsQuery, request)
         page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
         timed_out = False
@@ -171,26 +172,26 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.ClaimIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def claim(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
         body = api.body(s.ClaimIn, request)
-        claimed = lifecycle.claim_run(run_id=run.id, **body.validated_data)
+        claimed = lifecycle.claim_run(run_id=run_id, **body.validated_data)
         return Response(s.RunOut(claimed).data)
 
     @extend_schema(request=s.HeartbeatIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def heartbeat(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
         body = api.body(s.HeartbeatIn, request)
-        current = lifecycle.heartbeat_run(run_id=run.id, **body.validated_data)
+        current = lifecycle.heartbeat_run(run_id=run_id, **body.validated_data)
         return Response(s.RunOut(current).data)
 
     @extend_schema(request=s.FinishIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
         body = api.body(s.FinishIn, request)
         finished = lifecycle.finish_run(
-            run_id=run.id,
+            run_id=run_id,
             runner_id=body.validated_data["runner_id"],
             lease_epoch=body.validated_data["lease_epoch"],
             result=body.result(),

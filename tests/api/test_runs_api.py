@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from runs import selectors
@@ -15,6 +17,7 @@ from runs.services.cancel import cancel_run
 from runs.services.lifecycle import claim_run
 from tests.api.helpers import (
     API,
+    call,
     claimed_run_with_command,
     error_of,
     fencing,
@@ -24,7 +27,7 @@ from tests.api.helpers import (
     runner_for,
     runner_job_body,
 )
-from tests.builders import key_client, key_of, make_run
+from tests.builders import key_client, key_of, make_claimed_run, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -390,3 +393,19 @@ def test_schema_is_an_openapi_3_document_of_the_runs_api() -> None:
     paths = ["/runs", "/runs/{id}", "/runs/{id}/events", "/runs/{id}/claim", "/commands/{id}/ack"]
     for path in paths:
         assert f"/api/v1{path}" in document["paths"], sorted(document["paths"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runner_write_reads_its_run_only_under_the_lock() -> None:
+    """A runner key names its run: the append's only read of the run row is the service's
+    `FOR UPDATE`, not a scope check before it. Another run stays a 404."""
+    run, _, runner = claimed_run_with_command()
+    body = {**fencing(run), "events": [{"type": "agent_message_delta", "payload": {"text": "hi"}}]}
+    with CaptureQueriesContext(connection) as queries:
+        response = call(runner, "POST", f"/runs/{run.id}/events", body)
+    assert response.status_code == 201, response.json()
+    run_reads = [q["sql"] for q in queries.captured_queries if 'FROM "agentrun_runs"' in q["sql"]]
+    assert len(run_reads) == 1 and run_reads[0].endswith("FOR UPDATE"), run_reads
+    other = make_claimed_run(runner_id="runner-1")
+    error = error_of(call(runner, "POST", f"/runs/{other.id}/events", fencing(other)), 404)
+    assert error["code"] == "not_found"

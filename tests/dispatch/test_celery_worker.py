@@ -66,9 +66,14 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 @contextmanager
 def celery_worker(
-    broker: str, api_url: str, data_dir: Path, extra_env: dict[str, str] | None = None
+    broker: str,
+    api_url: str,
+    data_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    beat: bool = True,
 ) -> Iterator[Path]:
-    """`celery -A agentrun worker -B` against the test database; yields its log file."""
+    """`celery -A agentrun worker [-B]` against the test database; yields its log file."""
     log = data_dir / "worker.log"
     env = {
         **os.environ,
@@ -79,7 +84,7 @@ def celery_worker(
         "AGENTRUN_LOCAL_RUNNER_COMMAND": "",  # the reference runner, on `scripted`
         "AGENTRUN_DATA_DIR": str(data_dir),
     }
-    argv = [sys.executable, "-m", "celery", "-A", "agentrun", "worker", "-B"]
+    argv = [sys.executable, "-m", "celery", "-A", "agentrun", "worker", *(["-B"] if beat else [])]
     argv += ["-Q", "dispatch,maintenance", "--pool", "threads", "--concurrency", "2"]
     argv += ["-s", str(data_dir / "beat-schedule"), "-n", f"dispatch-test-{os.getpid()}@%h"]
     argv += ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
@@ -162,8 +167,8 @@ def test_a_celery_worker_with_beat_dispatches_intents_end_to_end(
 def test_one_wake_up_drains_a_burst_with_follow_up_batches(
     live_server: Any, tmp_path: Path
 ) -> None:
-    """30 intents, batches of 5, one wake-up: each full batch queues its own follow-up
-    (not coalesced), so the burst drains without the beat. The launcher is plugged in
+    """30 intents, batches of 5, one wake-up, no beat: each full batch queues its own
+    follow-up (not coalesced), so the burst drains to the end. The launcher is plugged in
     through `AGENTRUN_EXTRA_LAUNCHERS`, as a deployment would add one."""
     broker = _broker_url()
     _purge(broker)
@@ -174,17 +179,16 @@ def test_one_wake_up_drains_a_burst_with_follow_up_batches(
         "AGENTRUN_EXTRA_LAUNCHERS": "recording=tests.dispatch.helpers.RecordingLauncher",
         "AGENTRUN_DISPATCH_BATCH_SIZE": "5",
     }
-    with celery_worker(broker, live_server.url, tmp_path, extra) as log, celery_broker(broker):
-        ticks = _beat_ticks(log)
-        _wait(lambda: _beat_ticks(log) > ticks and _beat_ticks_done(log), 15, "a beat tick")
-        dispatched_by_beat = RunnerDispatchIntent.objects.filter(state="dispatched").count()
+    with (
+        celery_worker(broker, live_server.url, tmp_path, extra, beat=False),
+        celery_broker(broker),
+    ):
         wake_dispatcher()
         _wait(
             lambda: RunnerDispatchIntent.objects.filter(state="dispatched").count() == 30,
-            4,  # the next beat tick is ~5 s away
+            30,
             "the burst to drain",
         )
     triggers = Counter(_dispatcher(command).rsplit(":", 1)[1] for command in burst)
-    assert triggers["continue"] >= 30 - dispatched_by_beat - 5, triggers
-    assert triggers["beat"] == dispatched_by_beat, triggers
+    assert triggers == {"commit": 5, "continue": 25}, triggers
     assert RunnerJob.objects.count() == 30  # each launched once

@@ -12,9 +12,10 @@ version 10 is still in flight (it would move its cursor past 10 and miss it). So
 
 Deadlock-freedom rests on one rule: a writer allocates the version *after* it has taken
 every row lock it needs (run → commands → session, or run → task → attempts), so a writer
-holding the shared lock does not wait for a row lock another writer holds. (A run
-terminalisation may append one more event afterwards; PostgreSQL reorders a queued
-exclusive feed read behind such a writer rather than deadlock.)
+holding the shared lock does not wait for a row lock another writer holds. (A service
+appends its events afterwards, at its end: that touches the session row it already holds
+and takes the outbox key lock, last in the order; should a writer still wait there,
+PostgreSQL reorders a queued exclusive feed read behind it rather than deadlock.)
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.wakeup import wake_scheduler
 from runs.locks import lock_command, lock_run
 from runs.models import Lease, Run, RunStatus
-from runs.services.lifecycle import release_claim_locked
 from runs.services.reaper import fail_run_locked
+from runs.services.terminal import release_claim_locked
 from sessions.locks import lock_session
 from sessions.models import Session
 from sessions.services.projection import project_turn_terminal_locked

@@ -1,11 +1,13 @@
 """Cancellation: staged, authoritative, recorded (seed `cancelRun`, `cancelCommand`).
 
 A cancel request gets the target's next cancel epoch and moves through stages, each
-recorded on the request row and as a `backend_status {phase: cancel-<stage>}` event:
+recorded as a `backend_status {phase: cancel-<stage>}` event:
 `accepted → persisted → fenced` (the claiming runner's lease had expired) or
 `→ delivered → aborting` (a live runner holds the lease and learns through its heartbeat
 or the event stream) `→ terminalized`. The store terminalises the target in the same
-transaction; whatever the runner reports later is a late write.
+transaction; whatever the runner reports later is a late write. So the request row is
+written once, in the stage it ends in, and the events of a cancel (stages, closed
+commands, `terminal_status`) are collected and appended together at its end.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from dispatch.services import intents
 from queues.services import projection as queue_projection
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
 from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
-from runs.services.events import append_event_locked
-from runs.services.lifecycle import TurnResult, release_claim_locked, terminalize_run_locked
+from runs.services.events import PendingEvents, collecting
+from runs.services.terminal import TurnResult, release_claim_locked, terminalize_run_locked
+from sessions.models import Session
 from sessions.services import projection
 
 log = logging.getLogger("agentrun.runs")
@@ -61,35 +64,41 @@ def cancel_run(*, run_id: str, reason: str, requested_by: str | None = None) -> 
     return outcome
 
 
-def cancel_run_locked(run: Run, *, reason: str, requested_by: str | None) -> CancelOutcome:
+def cancel_run_locked(
+    run: Run,
+    *,
+    reason: str,
+    requested_by: str | None,
+    session: Session | None = None,
+    events: PendingEvents | None = None,
+) -> CancelOutcome:
     """`cancel_run` inside the caller's transaction, which holds the run lock (session
-    cancel and `when_busy=interrupt` use it)."""
+    cancel and `when_busy=interrupt` use it). `session`: the run's session row when the
+    caller has locked it; `events`: the caller's pending events (else they are appended
+    here, after the run's other writes)."""
     commands = lock_run_commands(run)
     if run.is_terminal:
         release_claim_locked(run)
         intents.fence_open_intents_locked(run=run, reason=reason)
         return CancelOutcome(run, None, _latest_request(run), changed=False)
-    now = timezone.now()
-    cancel = _open_request(run, None, reason=reason, requested_by=requested_by)
-    run.cancel_epoch = cancel.epoch
-    run.cancel_request_id = cancel.id
-    run.cancel_requested_at = now
-    run.cancel_reason = reason
-    run.save(
-        update_fields=["cancel_epoch", "cancel_request_id", "cancel_requested_at", "cancel_reason"]
-    )
-    _advance(run, cancel, CancelStage.PERSISTED)
-    _deliver(run, cancel, runner_live=run.claimed_by is not None)
-    for command in commands:
-        if not command.is_terminal:
-            _cancel_command_row(run, command, cancel, reason=reason)
-    terminalize_run_locked(
-        run,
-        result=TurnResult(
-            terminal_status="cancelled", failure_kind="cancelled", failure_message=reason
-        ),
-    )
-    _advance(run, cancel, CancelStage.TERMINALIZED)
+    with collecting(events) as events:
+        cancel = _open_request(run, None, reason=reason, requested_by=requested_by, events=events)
+        _mark_run_cancel_requested(run, cancel, reason=reason)
+        _record_stage(events, run, cancel, CancelStage.PERSISTED)
+        _deliver(events, run, cancel, runner_live=run.claimed_by is not None)
+        for command in commands:
+            if not command.is_terminal:
+                _cancel_command_row(run, command, cancel, reason=reason)
+                events.add(run, "backend_status", _terminal_payload(command, cancel, reason=reason))
+        terminalize_run_locked(
+            run,
+            result=TurnResult(
+                terminal_status="cancelled", failure_kind="cancelled", failure_message=reason
+            ),
+            session=session,
+            events=events,
+        )
+        _record_stage(events, run, cancel, CancelStage.TERMINALIZED)
     return CancelOutcome(run, None, cancel, changed=True)
 
 
@@ -109,28 +118,38 @@ def cancel_command(
             intents.fence_open_intents_locked(run=run, command=command, reason=reason)
             latest = CancelRequest.objects.filter(command=command).order_by("-created_at").first()
             return CancelOutcome(run, command, latest, changed=False)
-        cancel = _open_request(run, command, reason=reason, requested_by=requested_by)
-        _cancel_command_row(run, command, cancel, reason=reason, emit_event=False)
-        _advance(run, cancel, CancelStage.PERSISTED)
-        runner_live = run.claimed_by is not None or command.acknowledged_at is not None
-        _deliver(
-            run,
-            cancel,
-            runner_live=runner_live,
-            command_state="acknowledged" if command.acknowledged_at else "pending",
+        events = PendingEvents()
+        cancel = _cancel_open_command_locked(
+            run, command, reason=reason, requested_by=requested_by, events=events
         )
-        append_event_locked(
-            run=run,
-            type="backend_status",
-            payload=_terminal_payload(command, cancel, reason=reason),
-        )
-        _advance(run, cancel, CancelStage.TERMINALIZED)
-        if command.type == "turn":
-            projection.project_turn_terminal_locked(
-                run, command_id=command.id, terminal_status="cancelled", failure_kind="cancelled"
-            )
-            queue_projection.on_command_cancelled_locked(run, command)  # a task's turn
+        events.append_locked()
     return CancelOutcome(run, command, cancel, changed=True)
+
+
+def _cancel_open_command_locked(
+    run: Run, command: Command, *, reason: str, requested_by: str | None, events: PendingEvents
+) -> CancelRequest:
+    """Open the request, cancel the command, record every stage, project the turn's end
+    onto its session and task. Needs the run and command locks."""
+    cancel = _open_request(run, command, reason=reason, requested_by=requested_by, events=events)
+    _cancel_command_row(run, command, cancel, reason=reason)
+    _record_stage(events, run, cancel, CancelStage.PERSISTED)
+    runner_live = run.claimed_by is not None or command.acknowledged_at is not None
+    _deliver(
+        events,
+        run,
+        cancel,
+        runner_live=runner_live,
+        command_state="acknowledged" if command.acknowledged_at else "pending",
+    )
+    events.add(run, "backend_status", _terminal_payload(command, cancel, reason=reason))
+    _record_stage(events, run, cancel, CancelStage.TERMINALIZED)
+    if command.type == "turn":
+        projection.project_turn_terminal_locked(
+            run, command_id=command.id, terminal_status="cancelled", failure_kind="cancelled"
+        )
+        queue_projection.on_command_cancelled_locked(run, command)  # a task's turn
+    return cancel
 
 
 def _latest_request(run: Run) -> CancelRequest | None:
@@ -138,9 +157,17 @@ def _latest_request(run: Run) -> CancelRequest | None:
 
 
 def _open_request(
-    run: Run, command: Command | None, *, reason: str, requested_by: str | None
+    run: Run,
+    command: Command | None,
+    *,
+    reason: str,
+    requested_by: str | None,
+    events: PendingEvents,
 ) -> CancelRequest:
-    """Create the request in stage `accepted` and record that stage."""
+    """Create the request and record its first stage, `accepted`. The row is written once,
+    in the stage it ends in: the transaction that opens a request also takes it through
+    every stage to `terminalized`, and nobody sees it in between; each stage it passes is
+    recorded as its event."""
     target = command or run
     now = timezone.now()
     cancel = CancelRequest.objects.create(
@@ -153,19 +180,32 @@ def _open_request(
         reason=reason,
         requested_by=requested_by,
         epoch=target.cancel_epoch + 1,
-        stage=CancelStage.ACCEPTED,
+        stage=CancelStage.TERMINALIZED,
         created_at=now,
         updated_at=now,
     )
-    _record_stage(run, cancel)
+    _record_stage(events, run, cancel, CancelStage.ACCEPTED)
     return cancel
 
 
-def _deliver(run: Run, cancel: CancelRequest, *, runner_live: bool, **extra: Any) -> None:
+def _mark_run_cancel_requested(run: Run, cancel: CancelRequest, *, reason: str) -> None:
+    run.cancel_epoch = cancel.epoch
+    run.cancel_request_id = cancel.id
+    run.cancel_requested_at = cancel.created_at
+    run.cancel_reason = reason
+    run.save(
+        update_fields=["cancel_epoch", "cancel_request_id", "cancel_requested_at", "cancel_reason"]
+    )
+
+
+def _deliver(
+    events: PendingEvents, run: Run, cancel: CancelRequest, *, runner_live: bool, **extra: Any
+) -> None:
     """`fenced` when the claiming runner's lease expired, else `delivered → aborting` when a
     runner holds it; nothing when no runner ever claimed the run."""
     if run.claimed_by is not None and run.lease_expired(timezone.now()):
-        _advance(
+        _record_stage(
+            events,
             run,
             cancel,
             CancelStage.FENCED,
@@ -174,23 +214,18 @@ def _deliver(run: Run, cancel: CancelRequest, *, runner_live: bool, **extra: Any
             **extra,
         )
     elif runner_live:
-        _advance(run, cancel, CancelStage.DELIVERED, claimed_by=run.claimed_by, **extra)
-        _advance(run, cancel, CancelStage.ABORTING, claimed_by=run.claimed_by, **extra)
+        for stage in (CancelStage.DELIVERED, CancelStage.ABORTING):
+            _record_stage(events, run, cancel, stage, claimed_by=run.claimed_by, **extra)
 
 
-def _advance(run: Run, cancel: CancelRequest, stage: str, **extra: Any) -> None:
-    cancel.stage = stage
-    cancel.updated_at = timezone.now()
-    cancel.save(update_fields=["stage", "updated_at"])
-    _record_stage(run, cancel, **extra)
-
-
-def _record_stage(run: Run, cancel: CancelRequest, **extra: Any) -> None:
-    append_event_locked(
-        run=run,
-        type="backend_status",
-        payload={
-            "phase": f"cancel-{cancel.stage}",
+def _record_stage(
+    events: PendingEvents, run: Run, cancel: CancelRequest, stage: str, **extra: Any
+) -> None:
+    events.add(
+        run,
+        "backend_status",
+        {
+            "phase": f"cancel-{stage}",
             "cancel_request_id": cancel.id,
             "cancel_epoch": cancel.epoch,
             "target_kind": cancel.target_kind,
@@ -200,9 +235,7 @@ def _record_stage(run: Run, cancel: CancelRequest, **extra: Any) -> None:
     )
 
 
-def _cancel_command_row(
-    run: Run, command: Command, cancel: CancelRequest, *, reason: str, emit_event: bool = True
-) -> None:
+def _cancel_command_row(run: Run, command: Command, cancel: CancelRequest, *, reason: str) -> None:
     now = timezone.now()
     command.state = CommandState.CANCELLED
     command.cancel_epoch = cancel.epoch
@@ -221,12 +254,6 @@ def _cancel_command_row(
         ]
     )
     intents.fence_open_intents_locked(run=run, command=command, reason=reason)
-    if emit_event:
-        append_event_locked(
-            run=run,
-            type="backend_status",
-            payload=_terminal_payload(command, cancel, reason=reason),
-        )
 
 
 def _terminal_payload(command: Command, cancel: CancelRequest, *, reason: str) -> dict[str, Any]:

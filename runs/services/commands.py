@@ -22,9 +22,15 @@ from agentrun.ids import new_id
 from dispatch.services import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
-from runs.services.events import append_event_locked, fence_runner_write
+from runs.services.events import (
+    PendingEvents,
+    append_event_locked,
+    collecting,
+    fence_runner_write,
+)
 from runs.services.fencing import late_write_payload
-from runs.services.lifecycle import TurnResult, record_thread_locked
+from runs.services.terminal import TurnResult, record_thread_locked
+from sessions.models import Session
 from sessions.services import projection
 
 _STATE_FROM_TERMINAL = {"completed": "completed", "cancelled": "cancelled"}
@@ -64,9 +70,13 @@ def create_command_locked(
     payload: dict[str, Any],
     idempotency_key: str | None,
     dispatch: dict[str, Any] | None,
+    session: Session | None = None,
+    events: PendingEvents | None = None,
 ) -> CreatedCommand:
     """`create_command` inside a caller's transaction that holds the run lock (sessions
-    admit turns and steers through this)."""
+    admit turns and steers through this). `session`: the run's session row when the
+    caller has locked it; `events`: the caller's pending events (else they are appended
+    here)."""
     replay = _replay(run, type=type, payload=payload, idempotency_key=idempotency_key)
     if replay is not None:
         intents.check_intent_replay(
@@ -80,7 +90,15 @@ def create_command_locked(
             failure_kind=run.failure_kind or "schema-invalid",
             status=run.status,
         )
-    command = _insert_command(run, type=type, payload=payload, idempotency_key=idempotency_key)
+    with collecting(events) as events:
+        command = _insert_command(
+            run,
+            type=type,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            session=session,
+            events=events,
+        )
     if dispatch is not None:
         intents.record_intent_locked(run=run, command=command, request=dispatch)
     return CreatedCommand(command, created=True)
@@ -104,9 +122,16 @@ def _replay(
 
 
 def _insert_command(
-    run: Run, *, type: str, payload: dict[str, Any], idempotency_key: str | None
+    run: Run,
+    *,
+    type: str,
+    payload: dict[str, Any],
+    idempotency_key: str | None,
+    session: Session | None,
+    events: PendingEvents,
 ) -> Command:
-    """Insert the command and its events. Needs the run lock."""
+    """Insert the command, project it onto the session, collect its events. Needs the run
+    lock."""
     seq = (Command.objects.filter(run=run).aggregate(last=Max("seq"))["last"] or 0) + 1
     now = timezone.now()
     command = Command.objects.create(
@@ -121,26 +146,29 @@ def _insert_command(
         created_at=now,
         updated_at=now,
     )
+    text = payload.get("text")
     if type == "turn":
-        projection.project_turn_started_locked(run, command_id=command.id, text=payload.get("text"))
+        projection.project_turn_started_locked(
+            run, command_id=command.id, text=text, session=session
+        )
     elif type == "steer":
-        projection.project_steer_locked(run, command_id=command.id)
+        projection.project_steer_locked(run, command_id=command.id, session=session)
     if type in ("turn", "steer"):
-        append_event_locked(
-            run=run,
-            type="user_message",
-            payload={
+        events.add(
+            run,
+            "user_message",
+            {
                 "command_id": command.id,
                 "command_type": type,
-                "text": payload.get("text"),
+                "text": text,
                 "session_id": run.session_id,
             },
         )
     if seq == 1:
-        append_event_locked(
-            run=run,
-            type="backend_status",
-            payload={
+        events.add(
+            run,
+            "backend_status",
+            {
                 "phase": "run-created",
                 "run_id": run.id,
                 "project_id": run.project_id,
@@ -149,14 +177,10 @@ def _insert_command(
                 "session_id": run.session_id,
             },
         )
-    append_event_locked(
-        run=run,
-        type="backend_status",
-        payload={
-            "phase": "command-created",
-            "command_id": command.id,
-            "command_type": type,
-        },
+    events.add(
+        run,
+        "backend_status",
+        {"phase": "command-created", "command_id": command.id, "command_type": type},
     )
     return command
 
@@ -229,14 +253,18 @@ def finish_command(
                     ),
                 )
         elif refusal is None:
-            record_thread_locked(run, result=result)
-            _terminalize_command_locked(run, command, result=result)
+            events = PendingEvents()
+            record_thread_locked(run, result=result, events=events)
+            _terminalize_command_locked(run, command, result=result, events=events)
+            events.append_locked()
     if refusal:
         raise refusal
     return command
 
 
-def _terminalize_command_locked(run: Run, command: Command, *, result: TurnResult) -> None:
+def _terminalize_command_locked(
+    run: Run, command: Command, *, result: TurnResult, events: PendingEvents
+) -> None:
     command.state = _STATE_FROM_TERMINAL.get(result.terminal_status, CommandState.FAILED)
     command.updated_at = timezone.now()
     command.save(update_fields=["state", "updated_at"])
@@ -250,10 +278,10 @@ def _terminalize_command_locked(run: Run, command: Command, *, result: TurnResul
             terminal_status=result.terminal_status,
             failure_kind=result.failure_kind,
         )
-    append_event_locked(
-        run=run,
-        type="backend_status",
-        payload={
+    events.add(
+        run,
+        "backend_status",
+        {
             "phase": "command-terminal",
             "command_id": command.id,
             "state": command.state,

@@ -10,6 +10,8 @@ a long-poll never sees an event that then rolls back.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -67,9 +69,9 @@ class RunEvents:
 
 def append_events_to_runs_locked(*, batches: list[RunEvents]) -> list[list[Event]]:
     """`append_events_locked` of server-written events for several runs at once (a batch
-    settle): one read of the runs' last seqs, one INSERT, one NOTIFY statement, whatever
-    the number of runs. Needs the caller's transaction and every run's lock; one entry per
-    run. Returns the appended events per entry, in order."""
+    settle, a service's `PendingEvents`): one read of the runs' last seqs, one INSERT, one
+    NOTIFY statement, whatever the number of runs. Needs the caller's transaction and every
+    run's lock; one entry per run. Returns the appended events per entry, in order."""
     assert len({batch.run.id for batch in batches}) == len(batches), "one entry per run"
     last_seqs = _last_seqs([batch.run.id for batch in batches])
     now = timezone.now()
@@ -80,6 +82,47 @@ def append_events_to_runs_locked(*, batches: list[RunEvents]) -> list[list[Event
     ]
     _store(appended)
     return appended
+
+
+class PendingEvents:
+    """The server-written events of one service, collected per run while it writes and
+    appended together at one well-defined point (normally its end) by `append_locked`:
+    one read of the last seqs, one INSERT, one session touch and one NOTIFY for all of
+    them, instead of those four statements per event.
+
+    Per run, events keep the order they were added in and get consecutive seqs; runs are
+    appended in the order they were first added, so a session's `last_event_seq` ends at
+    the last run's, as it would after one append per event. Appending at the end also
+    puts the outbox key lock last, where the lock order wants it. Needs the caller's
+    transaction and the lock of every run added; a rollback drops what was collected
+    together with everything else the transaction wrote.
+    """
+
+    def __init__(self) -> None:
+        self._by_run: dict[str, RunEvents] = {}
+
+    def add(self, run: Run, type: str, payload: dict[str, Any]) -> None:
+        """Collect one event; its payload is built now, so it says what holds now."""
+        self._by_run.setdefault(run.id, RunEvents(run, [])).events.append(NewEvent(type, payload))
+
+    def append_locked(self) -> None:
+        """Append everything collected so far (nothing when nothing was)."""
+        batches, self._by_run = list(self._by_run.values()), {}
+        if batches:
+            append_events_to_runs_locked(batches=batches)
+
+
+@contextmanager
+def collecting(events: PendingEvents | None) -> Iterator[PendingEvents]:
+    """The caller's pending events when it collects them; else new ones, appended when the
+    block completes. So a `*_locked` helper called on its own appends its events itself,
+    and one called by a service that collects appends them with the service's others."""
+    if events is not None:
+        yield events
+        return
+    own = PendingEvents()
+    yield own
+    own.append_locked()
 
 
 def _last_seqs(run_ids: list[str]) -> dict[str, int]:

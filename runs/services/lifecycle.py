@@ -3,7 +3,8 @@
 Status moves `pending → claimed → running → terminal` and never out of terminal. A claim
 sets `claimed_by`, the lease expiry and a new `lease_epoch`, mirrored in `agentrun_leases`
 for the reaper's index. Runner writes are checked against the live claim by
-`events.fence_runner_write`; a refused write is recorded, committed, then raised.
+`events.fence_runner_write`; a refused write is recorded, committed, then raised. Ending
+a run (its status, open commands, claim and thread) is `runs.services.terminal`.
 """
 
 from __future__ import annotations
@@ -20,14 +21,35 @@ from agentrun.errors import conflict, invalid, lease_conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
-from agentrun.redaction import redact_text
 from dispatch.services import intents
-from queues.services import projection as queue_projection
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
-from runs.services.events import append_event_locked, fence_runner_write
+from runs.services.events import PendingEvents, append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
+from runs.services.terminal import (
+    TurnResult,
+    close_open_commands_locked,
+    record_thread_locked,
+    release_claim_locked,
+    terminalize_run_locked,
+)
+from sessions.models import Session
 from sessions.services import projection
+
+# `TurnResult` and `terminalize_run_locked` live in `runs.services.terminal` and are
+# exported here too, where callers have always found them.
+__all__ = [
+    "CreatedRun",
+    "RunSpec",
+    "TurnResult",
+    "claim_run",
+    "create_run",
+    "create_run_locked",
+    "finish_run",
+    "heartbeat_run",
+    "run_fingerprint",
+    "terminalize_run_locked",
+]
 
 log = logging.getLogger("agentrun.runs")
 
@@ -77,29 +99,10 @@ def run_fingerprint(run: Run) -> str:
 
 
 @dataclass(frozen=True)
-class TurnResult:
-    """A runner's terminal report for a command or a run."""
-
-    terminal_status: str
-    failure_kind: str | None = None
-    failure_message: str | None = None
-    thread_id: str | None = None
-    turn_id: str | None = None
-
-    def as_payload(self) -> dict[str, Any]:
-        return {
-            "terminal_status": self.terminal_status,
-            "failure_kind": self.failure_kind,
-            "message": self.failure_message,
-            "thread_id": self.thread_id,
-            "turn_id": self.turn_id,
-        }
-
-
-@dataclass(frozen=True)
 class CreatedRun:
     run: Run
     created: bool
+    session: Session | None = None  # a created run's session row, locked
 
 
 def create_run(*, tenant_id: str, spec: RunSpec, run_id: str | None = None) -> CreatedRun:
@@ -114,8 +117,11 @@ def create_run(*, tenant_id: str, spec: RunSpec, run_id: str | None = None) -> C
         return create_run_locked(tenant_id=tenant_id, spec=spec, run_id=run_id)
 
 
-def create_run_locked(*, tenant_id: str, spec: RunSpec, run_id: str | None) -> CreatedRun:
-    """`create_run` inside the caller's transaction (session turn admission uses it)."""
+def create_run_locked(
+    *, tenant_id: str, spec: RunSpec, run_id: str | None, session: Session | None = None
+) -> CreatedRun:
+    """`create_run` inside the caller's transaction (session turn admission uses it, passing
+    the `session` row when it has locked it already)."""
     if run_id is not None:
         advisory_xact_lock(LockKey.CREATE_RUN, run_id)
         existing = Run.objects.filter(pk=run_id).first()
@@ -129,13 +135,17 @@ def create_run_locked(*, tenant_id: str, spec: RunSpec, run_id: str | None) -> C
             field="backend_profile",
         )
     session_ref = spec.session_ref
-    if session_ref is not None:
-        session_ref = projection.ensure_session_for_run_locked(
+    if session_ref is None:
+        session = None
+    else:
+        session = projection.ensure_session_for_run_locked(
             tenant_id=tenant_id,
             project_id=spec.project_id,
             backend_profile=spec.backend_profile,
             session_ref=session_ref,
+            session=session,
         )
+        session_ref = projection.session_ref_of_run(session, session_ref)
     now = timezone.now()
     run = Run.objects.create(
         id=run_id or new_id("run"),
@@ -152,8 +162,8 @@ def create_run_locked(*, tenant_id: str, spec: RunSpec, run_id: str | None) -> C
         created_at=now,
         updated_at=now,
     )
-    projection.touch_session_for_run_locked(run, bump=False, last_run_id=run.id)
-    return CreatedRun(run, created=True)
+    projection.touch_session_for_run_locked(run, bump=False, session=session, last_run_id=run.id)
+    return CreatedRun(run, created=True, session=session)
 
 
 def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
@@ -269,16 +279,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
                     ),
                 )
         elif refusal is None:
-            record_thread_locked(run, result=result)
-            close_open_commands_locked(
-                run,
-                commands,
-                state=CommandState.CANCELLED,
-                failure_kind="cancelled",
-                reason="run-finished",
-                message=f"the run was finished ({result.terminal_status}) before this command ran",
-            )
-            terminalize_run_locked(run, result=result)
+            _finish_live_run_locked(run, commands, result=result)
     log.info(
         "run finish reported",
         extra={
@@ -294,106 +295,19 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     return run
 
 
-def close_open_commands_locked(
-    run: Run, commands: list[Command], *, state: str, failure_kind: str, reason: str, message: str
-) -> None:
-    """Close every still-open command of a run that is ending (`cancelled` when the runner
-    finished the run before reaching it, `failed` when the run is failed for it), each with
-    its `command-terminal` event, so no command stays pending under a terminal run. Needs
-    the run lock and the command locks."""
-    now = timezone.now()
-    terminal_status = "cancelled" if state == CommandState.CANCELLED else "failed"
-    for command in commands:
-        if command.is_terminal:
-            continue
-        command.state = state
-        command.updated_at = now
-        command.save(update_fields=["state", "updated_at"])
-        append_event_locked(
-            run=run,
-            type="backend_status",
-            payload={
-                "phase": "command-terminal",
-                "reason": reason,
-                "command_id": command.id,
-                "state": state,
-                "terminal_status": terminal_status,
-                "failure_kind": failure_kind,
-                "message": message,
-                "thread_id": None,
-                "turn_id": None,
-            },
-        )
-
-
-def terminalize_run_locked(run: Run, *, result: TurnResult) -> None:
-    """Move a locked, live run to its terminal status, release its claim, record it."""
-    now = timezone.now()
-    run.status = result.terminal_status
-    run.terminal_status = result.terminal_status
-    run.failure_kind = result.failure_kind
-    # A runner's or backend's error text may quote a credential: stored redacted, as the
-    # terminal_status event's copy is.
-    message = result.failure_message
-    run.failure_message = redact_text(message) if message else message
-    run.updated_at = now
-    run.claimed_by = None
-    run.lease_expires_at = None
-    run.save(
-        update_fields=[
-            "status",
-            "terminal_status",
-            "failure_kind",
-            "failure_message",
-            "claimed_by",
-            "lease_expires_at",
-            "updated_at",
-        ]
+def _finish_live_run_locked(run: Run, commands: list[Command], *, result: TurnResult) -> None:
+    """The runner's report ends a live run: its thread, its open commands, its status; the
+    events of all three appended together."""
+    events = PendingEvents()
+    record_thread_locked(run, result=result, events=events)
+    close_open_commands_locked(
+        run,
+        commands,
+        state=CommandState.CANCELLED,
+        failure_kind="cancelled",
+        reason="run-finished",
+        message=f"the run was finished ({result.terminal_status}) before this command ran",
+        events=events,
     )
-    Lease.objects.filter(run=run).delete()
-    intents.fence_open_intents_locked(run=run, reason=f"run terminalized as {run.status}")
-    projection.project_run_terminal_locked(run)
-    append_event_locked(
-        run=run,
-        type="terminal_status",
-        payload={
-            "terminal_status": result.terminal_status,
-            "failure_kind": result.failure_kind,
-            "message": result.failure_message,
-            "thread_id": result.thread_id,
-            "turn_id": result.turn_id,
-        },
-    )
-    queue_projection.on_run_terminal_locked(run)  # run → task lock order: the task comes last
-
-
-def release_claim_locked(run: Run) -> None:
-    """Drop a terminal run's leftover claim and lease row. Needs the run lock."""
-    if run.claimed_by is not None or run.lease_expires_at is not None:
-        run.claimed_by = None
-        run.lease_expires_at = None
-        run.updated_at = timezone.now()
-        run.save(update_fields=["claimed_by", "lease_expires_at", "updated_at"])
-    Lease.objects.filter(run=run).delete()
-
-
-def record_thread_locked(run: Run, *, result: TurnResult) -> None:
-    """Keep the backend thread a runner reported on the run's session, so the next run
-    resumes it; records `backend_status {phase: session-updated}`. Needs the run lock."""
-    if not result.thread_id or run.session_id is None:
-        return
-    run.session_ref = projection.record_thread_locked(
-        run, thread_id=result.thread_id, turn_id=result.turn_id
-    )
-    run.updated_at = timezone.now()
-    run.save(update_fields=["session_ref", "updated_at"])
-    append_event_locked(
-        run=run,
-        type="backend_status",
-        payload={
-            "phase": "session-updated",
-            "session_id": run.session_id,
-            "thread_id": result.thread_id,
-            "turn_id": result.turn_id,
-        },
-    )
+    terminalize_run_locked(run, result=result, events=events)
+    events.append_locked()

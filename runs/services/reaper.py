@@ -25,13 +25,14 @@ from django.utils import timezone
 
 from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
 from runs.models import CommandState, FailureKind, Run, RunStatus
-from runs.services.events import append_event_locked
-from runs.services.lifecycle import (
+from runs.services.events import PendingEvents, collecting
+from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,
     release_claim_locked,
     terminalize_run_locked,
 )
+from sessions.models import Session
 
 
 @dataclass
@@ -112,19 +113,36 @@ def terminalize_abandoned_run(*, run_id: str, reason: str, **facts: Any) -> bool
     return True
 
 
-def fail_run_locked(run: Run, *, reason: str, phase: str, **facts: Any) -> None:
+def fail_run_locked(
+    run: Run,
+    *,
+    reason: str,
+    phase: str,
+    session: Session | None = None,
+    events: PendingEvents | None = None,
+    **facts: Any,
+) -> None:
     """Fail a locked, live run as `infra-failed` with its open commands. Needs the run
-    lock; takes the command locks."""
+    lock; takes the command locks. `session`: the run's session row when the caller has
+    locked it; `events`: the caller's pending events (else they are appended here)."""
     commands = lock_run_commands(run)
     kind = FailureKind.INFRA_FAILED
-    append_event_locked(
-        run=run,
-        type="backend_status",
-        payload={"phase": phase, "reason": reason, "failure_kind": kind, **facts},
-    )
-    close_open_commands_locked(
-        run, commands, state=CommandState.FAILED, failure_kind=kind, reason=phase, message=reason
-    )
-    terminalize_run_locked(
-        run, result=TurnResult("failed", failure_kind=kind, failure_message=reason)
-    )
+    with collecting(events) as events:
+        events.add(
+            run, "backend_status", {"phase": phase, "reason": reason, "failure_kind": kind, **facts}
+        )
+        close_open_commands_locked(
+            run,
+            commands,
+            state=CommandState.FAILED,
+            failure_kind=kind,
+            reason=phase,
+            message=reason,
+            events=events,
+        )
+        terminalize_run_locked(
+            run,
+            result=TurnResult("failed", failure_kind=kind, failure_message=reason),
+            session=session,
+            events=events,
+        )

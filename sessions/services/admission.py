@@ -39,7 +39,7 @@ from runs.locks import lock_command, lock_run
 from runs.models import CancelRequest, Command, Run
 from runs.services.cancel import cancel_run_locked
 from runs.services.commands import create_command_locked
-from runs.services.events import append_event_locked
+from runs.services.events import PendingEvents
 from runs.services.lifecycle import RunSpec, create_run_locked, run_fingerprint
 from sessions.locks import lock_session
 from sessions.models import Session
@@ -86,8 +86,9 @@ class ActiveTurn:
 
 def admit_turn(*, request: TurnRequest) -> Admission:
     """Admit a turn to a session. Locks: the session's admission lock, the active turn's
-    run and command, the session row. Errors: 409 `session_busy`, `stale_turn`,
-    `session_boundary`, `idempotency_mismatch`."""
+    run and command, the session row. The events of every run it writes (the interrupted
+    or stale turn's, the new turn's) are appended together at the end. Errors: 409
+    `session_busy`, `stale_turn`, `session_boundary`, `idempotency_mismatch`."""
     with transaction.atomic():
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, request.session_id)
         observed = Session.objects.filter(pk=request.session_id).first()
@@ -98,18 +99,27 @@ def admit_turn(*, request: TurnRequest) -> Admission:
                 project_id=request.spec.project_id,
                 backend=request.spec.backend_profile,
             )
-        replay = _replay_by_key(request)
-        if replay is not None:
-            return replay
-        active = lock_active_turn(observed)
-        _check_expected_turn(request.expected_turn_id, active)
-        if active is not None:
-            decided = _decide_busy(request, active)
-            if decided is not None:
-                return decided
-        if request.when_busy == "enqueue" and has_queued_turns(request.session_id):
-            return _enqueue(request)  # behind the turns already waiting
-        return _create_turn(request)
+        events = PendingEvents()
+        admission = _admit_locked(request, observed, events)
+        events.append_locked()
+    return admission
+
+
+def _admit_locked(
+    request: TurnRequest, observed: Session | None, events: PendingEvents
+) -> Admission:
+    replay = _replay_by_key(request, events)
+    if replay is not None:
+        return replay
+    active = lock_active_turn(observed)
+    _check_expected_turn(request.expected_turn_id, active)
+    if active is not None:
+        decided = _decide_busy(request, active, events)
+        if decided is not None:
+            return decided
+    if request.when_busy == "enqueue" and has_queued_turns(request.session_id):
+        return _enqueue(request)  # behind the turns already waiting
+    return _create_turn(request, events, session=active.session if active else None)
 
 
 def lock_active_turn(observed: Session | None) -> ActiveTurn | None:
@@ -144,7 +154,7 @@ def _check_expected_turn(expected: str | None, active: ActiveTurn | None) -> Non
         )
 
 
-def _replay_by_key(request: TurnRequest) -> Admission | None:
+def _replay_by_key(request: TurnRequest, events: PendingEvents) -> Admission | None:
     if request.idempotency_key is None:
         return None
     found = (
@@ -161,7 +171,7 @@ def _replay_by_key(request: TurnRequest) -> Admission | None:
     command = lock_command(found[0], run=run)
     if command.type == "steer":
         return _replay_steer(run, command, request)
-    return replay_or_recover(run, command, request)
+    return replay_or_recover(run, command, request, events)
 
 
 def _replay_steer(run: Run, command: Command, request: TurnRequest) -> Admission:
@@ -176,7 +186,9 @@ def _replay_steer(run: Run, command: Command, request: TurnRequest) -> Admission
     return Admission("replayed", run, command)
 
 
-def replay_or_recover(run: Run, command: Command, request: TurnRequest) -> Admission:
+def replay_or_recover(
+    run: Run, command: Command, request: TurnRequest, events: PendingEvents
+) -> Admission:
     """The same turn again: return it, writing its dispatch intent if an earlier attempt
     committed the command without it (seed `replayOrRecoverSessionTurnWithClient`)."""
     _check_same_turn(run, command, request)
@@ -187,10 +199,10 @@ def replay_or_recover(run: Run, command: Command, request: TurnRequest) -> Admis
     if run.status != "pending" or run.claimed_by or command.state != "pending":
         raise busy(request.session_id, run, command)
     recovered = intents.record_intent_locked(run=run, command=command, request=request.dispatch)
-    append_event_locked(
-        run=run,
-        type="backend_status",
-        payload={
+    events.add(
+        run,
+        "backend_status",
+        {
             "phase": "runner-dispatch-recovered",
             "reason": "session-runner-admission-partial-write-recovered",
             "command_id": command.id,
@@ -219,15 +231,19 @@ def _check_same_turn(run: Run, command: Command, request: TurnRequest) -> None:
         )
 
 
-def _decide_busy(request: TurnRequest, active: ActiveTurn) -> Admission | None:
+def _decide_busy(
+    request: TurnRequest, active: ActiveTurn, events: PendingEvents
+) -> Admission | None:
     """Replay, replace a stale turn, or apply `when_busy`. None means: admit a new turn."""
     try:
-        return replay_or_recover(active.run, active.command, request)
+        return replay_or_recover(active.run, active.command, request, events)
     except AgentRunError as mismatch:
         if mismatch.code != "idempotency_mismatch":
             raise
     if turn_is_stale(active.run, now=timezone.now()):
-        terminalize_stale_turn_locked(active.run, active.command)
+        terminalize_stale_turn_locked(
+            active.run, active.command, session=active.session, events=events
+        )
         return None
     if request.when_busy == "steer":
         steer = create_command_locked(
@@ -236,13 +252,19 @@ def _decide_busy(request: TurnRequest, active: ActiveTurn) -> Admission | None:
             payload=request.payload,
             idempotency_key=request.idempotency_key,
             dispatch=None,
+            session=active.session,
+            events=events,
         )
         return Admission("steered", active.run, steer.command)
     if request.when_busy == "interrupt":
         outcome = cancel_run_locked(
-            active.run, reason="interrupted by a new turn", requested_by=request.requested_by
+            active.run,
+            reason="interrupted by a new turn",
+            requested_by=request.requested_by,
+            session=active.session,
+            events=events,
         )
-        created = _create_turn(request)
+        created = _create_turn(request, events, session=active.session)
         return Admission(
             "interrupted_and_created", created.run, created.command, outcome.cancel_request
         )
@@ -256,18 +278,26 @@ def _enqueue(request: TurnRequest) -> Admission:
     return Admission("queued", None, None, task_id=queued.task.id, position=queued.position)
 
 
-def _create_turn(request: TurnRequest) -> Admission:
-    run = create_run_locked(
-        tenant_id=request.tenant_id, spec=request.spec, run_id=request.run_id
-    ).run
+def _create_turn(
+    request: TurnRequest, events: PendingEvents, *, session: Session | None
+) -> Admission:
+    """A new run and its turn command. `session`: the session row if already locked."""
+    created = create_run_locked(
+        tenant_id=request.tenant_id, spec=request.spec, run_id=request.run_id, session=session
+    )
+    # A run this transaction inserted is its own (nobody else sees it before the commit);
+    # a replayed reserved run id names an existing run, which must be locked.
+    run = created.run if created.created else lock_run(created.run.id)
     command = create_command_locked(
-        lock_run(run.id),
+        run,
         type="turn",
         payload=request.payload,
         idempotency_key=request.idempotency_key,
         dispatch=request.dispatch,
+        session=created.session or session,
+        events=events,
     ).command
-    return Admission("created", run, command)
+    return Admission("created", created.run, command)
 
 
 def busy(session_id: str, run: Run, command: Command) -> AgentRunError:

@@ -52,33 +52,49 @@ def check_boundary(session: Session, *, tenant_id: str, project_id: str, backend
 
 
 def ensure_session_for_run_locked(
-    *, tenant_id: str, project_id: str, backend_profile: str, session_ref: dict[str, Any]
-) -> dict[str, Any]:
-    """Create the run's session, or check the run fits it; return the run's session_ref
-    completed from the session (seed `resolveSessionForRun`). Locks the session row."""
-    session_id = session_ref["session_id"]
-    session = lock_session(session_id)
+    *,
+    tenant_id: str,
+    project_id: str,
+    backend_profile: str,
+    session_ref: dict[str, Any],
+    session: Session | None = None,
+) -> Session:
+    """Create the run's session, or check the run fits it (seed `resolveSessionForRun`);
+    return its row, locked. `session`: that row when the caller has locked it already."""
+    session = session or lock_session(session_ref["session_id"])
     if session is None:
-        now = timezone.now()
-        metadata = session_ref.get("metadata") or {}
-        new = Session(
-            session_id=session_id,
-            tenant_id=tenant_id,
-            project_id=project_id,
-            backend_profile=backend_profile,
-            conversation_id=session_ref.get("conversation_id"),
-            thread_id=session_ref.get("thread_id"),
-            metadata=metadata,
-            expires_at=session_ref.get("expires_at"),
-            version=next_session_version(),
-            title=title_from_text(metadata.get("title")),
-            last_activity_at=now,
-            created_at=now,
-            updated_at=now,
-        )
         # Another run or turn may be creating the same session right now.
-        session, _ = lock_or_insert_session(new)
+        session, _ = lock_or_insert_session(
+            _new_session(tenant_id, project_id, backend_profile, session_ref)
+        )
     check_boundary(session, tenant_id=tenant_id, project_id=project_id, backend=backend_profile)
+    return session
+
+
+def _new_session(
+    tenant_id: str, project_id: str, backend_profile: str, session_ref: dict[str, Any]
+) -> Session:
+    now = timezone.now()
+    metadata = session_ref.get("metadata") or {}
+    return Session(
+        session_id=session_ref["session_id"],
+        tenant_id=tenant_id,
+        project_id=project_id,
+        backend_profile=backend_profile,
+        conversation_id=session_ref.get("conversation_id"),
+        thread_id=session_ref.get("thread_id"),
+        metadata=metadata,
+        expires_at=session_ref.get("expires_at"),
+        version=next_session_version(),
+        title=title_from_text(metadata.get("title")),
+        last_activity_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def session_ref_of_run(session: Session, session_ref: dict[str, Any]) -> dict[str, Any]:
+    """A new run's session_ref, completed from its session."""
     return {
         **session_ref,
         "conversation_id": session_ref.get("conversation_id") or session.conversation_id,
@@ -86,12 +102,15 @@ def ensure_session_for_run_locked(
     }
 
 
-def touch_session_for_run_locked(run: Run, *, bump: bool, **changes: Any) -> Session | None:
+def touch_session_for_run_locked(
+    run: Run, *, bump: bool, session: Session | None = None, **changes: Any
+) -> Session | None:
     """Apply `changes` to the run's session (seed `touchSessionForRun`). Needs the run lock;
-    takes the session row lock; with `bump`, a new version."""
+    takes the session row lock, unless the caller passes the `session` it locked already;
+    with `bump`, a new version."""
     if run.session_id is None:
         return None
-    session = lock_session(run.session_id)
+    session = _locked_session_of(run, session)
     if session is None:
         return None
     now = timezone.now()
@@ -113,10 +132,22 @@ def touch_session_for_run_locked(run: Run, *, bump: bool, **changes: Any) -> Ses
     return session
 
 
-def project_turn_started_locked(run: Run, *, command_id: str, text: Any) -> None:
+def _locked_session_of(run: Run, session: Session | None) -> Session | None:
+    """The run's session row: the one the caller locked, else locked here (None when the
+    run has no session or the row does not exist)."""
+    if session is not None:
+        assert session.session_id == run.session_id, "the session of another run"
+        return session
+    return lock_session(run.session_id) if run.session_id else None
+
+
+def project_turn_started_locked(
+    run: Run, *, command_id: str, text: Any, session: Session | None = None
+) -> None:
     touch_session_for_run_locked(
         run,
         bump=True,
+        session=session,
         execution_state=ExecutionState.RUNNING,
         last_run_id=run.id,
         last_command_id=command_id,
@@ -134,28 +165,33 @@ def project_claim_locked(run: Run) -> None:
     turn is over, after a newer turn was admitted) must not take the session over: it would
     point the session at one run and at another run's turn command, and admission would
     then refuse every turn (tests/soak found it). Needs the run lock."""
-    if _is_current_turn(run):
+    session = _current_turn_session(run, None)
+    if session is not None:
         touch_session_for_run_locked(
             run,
             bump=False,
+            session=session,
             execution_state=ExecutionState.RUNNING,
             active_run_id=run.id,
             last_run_id=run.id,
         )
 
 
-def _is_current_turn(run: Run) -> bool:
-    """Whether the run is its session's active turn (decided under the session lock)."""
-    session = lock_session(run.session_id) if run.session_id else None
-    return session is not None and session.active_run_id == run.id
+def _current_turn_session(run: Run, session: Session | None) -> Session | None:
+    """The run's session row if the run is its active turn, else None (decided under the
+    session lock)."""
+    session = _locked_session_of(run, session)
+    return session if session is not None and session.active_run_id == run.id else None
 
 
-def project_steer_locked(run: Run, *, command_id: str) -> None:
-    if not _is_current_turn(run):
+def project_steer_locked(run: Run, *, command_id: str, session: Session | None = None) -> None:
+    session = _current_turn_session(run, session)
+    if session is None:
         return  # a steer sent straight to an older run of the session: see project_claim
     touch_session_for_run_locked(
         run,
         bump=True,
+        session=session,
         execution_state=ExecutionState.RUNNING,
         last_run_id=run.id,
         last_command_id=command_id,
@@ -164,7 +200,12 @@ def project_steer_locked(run: Run, *, command_id: str) -> None:
 
 
 def project_turn_terminal_locked(
-    run: Run, *, command_id: str | None, terminal_status: str, failure_kind: str | None
+    run: Run,
+    *,
+    command_id: str | None,
+    terminal_status: str,
+    failure_kind: str | None,
+    session: Session | None = None,
 ) -> None:
     """The session's turn is over: terminal, no active run or command."""
     changes: dict[str, Any] = {
@@ -177,24 +218,26 @@ def project_turn_terminal_locked(
     }
     if command_id is not None:
         changes["last_command_id"] = command_id
-    touch_session_for_run_locked(run, bump=True, **changes)
+    touch_session_for_run_locked(run, bump=True, session=session, **changes)
 
 
-def project_run_terminal_locked(run: Run) -> None:
+def project_run_terminal_locked(run: Run, *, session: Session | None = None) -> None:
     """A finished run moves its session to terminal only while it is still the session's
     current run (seed `finishRun`'s stillCurrent): a late finish of an old run must not
-    clobber a newer turn."""
-    if run.session_id is None:
-        return
+    clobber a newer turn. `session`: the run's session row if the caller locked it."""
     # Decide under the session lock: read unlocked, an admission committing a newer turn
     # in between would be overwritten.
-    current = lock_session(run.session_id)
+    current = _locked_session_of(run, session)
     if current is None:
         return
     if current.active_run_id not in (None, run.id) or current.last_run_id not in (None, run.id):
         return
     project_turn_terminal_locked(
-        run, command_id=None, terminal_status=run.status, failure_kind=run.failure_kind
+        run,
+        command_id=None,
+        terminal_status=run.status,
+        failure_kind=run.failure_kind,
+        session=current,
     )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from runs.models import Command, Run
+from runs.services.events import PendingEvents
 from runs.services.reaper import fail_run_locked
+from sessions.models import Session
 
 MESSAGE = "session turn admission replaced a stale runner lease"
 
@@ -19,12 +21,17 @@ def turn_is_stale(run: Run, *, now: datetime) -> bool:
     return run.claimed_by is not None and run.lease_expired(now)
 
 
-def terminalize_stale_turn_locked(run: Run, command: Command) -> None:
-    """Fail the stale run and its open commands `infra-failed`. Needs the run lock."""
+def terminalize_stale_turn_locked(
+    run: Run, command: Command, *, session: Session, events: PendingEvents
+) -> None:
+    """Fail the stale run and its open commands `infra-failed`, its events collected in the
+    admission's pending `events`. Needs the run lock and the (locked) `session` row."""
     fail_run_locked(
         run,
         reason=MESSAGE,
         phase="session-turn-admission-stale-terminalized",
+        session=session,
+        events=events,
         command_id=command.id,
         claimed_by=run.claimed_by,
         lease_expires_at=run.lease_expires_at.isoformat() if run.lease_expires_at else None,

@@ -55,6 +55,7 @@ def admit_steer(
             payload=payload,
             idempotency_key=idempotency_key,
             dispatch=None,
+            session=active.session,
         )
 
 
@@ -67,4 +68,6 @@ def cancel_session(
         active = _active_turn(session_id, tenant_id)
         if active is None:
             return None
-        return cancel_run_locked(active.run, reason=reason, requested_by=requested_by)
+        return cancel_run_locked(
+            active.run, reason=reason, requested_by=requested_by, session=active.session
+        )

@@ -1,0 +1,176 @@
+"""Ending runs: terminalise a live run, close its open commands, release a leftover claim,
+keep the backend thread a runner reported.
+
+Every path that ends a run goes through `terminalize_run_locked` (a runner's finish, a
+cancel, the lease reaper, the retention fence, a dispatch that gave up): it sets the
+terminal status, releases the claim and deletes the lease row, fences the run's open
+dispatch intents, projects the run onto its session and its queue task, and records
+`terminal_status`. Each helper needs the caller's transaction and run lock; each takes
+the caller's `PendingEvents` when the caller collects its events, and appends its own
+otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from agentrun.redaction import redact_text
+from dispatch.services import intents
+from queues.services import projection as queue_projection
+from runs.models import Command, CommandState, Lease, Run
+from runs.services.events import PendingEvents, collecting
+from sessions.models import Session
+from sessions.services import projection
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A runner's terminal report for a command or a run."""
+
+    terminal_status: str
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    thread_id: str | None = None
+    turn_id: str | None = None
+
+    def as_payload(self) -> dict[str, Any]:
+        return {
+            "terminal_status": self.terminal_status,
+            "failure_kind": self.failure_kind,
+            "message": self.failure_message,
+            "thread_id": self.thread_id,
+            "turn_id": self.turn_id,
+        }
+
+
+def close_open_commands_locked(
+    run: Run,
+    commands: list[Command],
+    *,
+    state: str,
+    failure_kind: str,
+    reason: str,
+    message: str,
+    events: PendingEvents | None = None,
+) -> None:
+    """Close every still-open command of a run that is ending (`cancelled` when the runner
+    finished the run before reaching it, `failed` when the run is failed for it), each with
+    its `command-terminal` event, so no command stays pending under a terminal run. Needs
+    the run lock and the command locks; `events`: the caller's pending events, if it
+    collects them."""
+    now = timezone.now()
+    terminal_status = "cancelled" if state == CommandState.CANCELLED else "failed"
+    with collecting(events) as events:
+        for command in commands:
+            if not command.is_terminal:
+                command.state = state
+                command.updated_at = now
+                command.save(update_fields=["state", "updated_at"])
+                events.add(
+                    run,
+                    "backend_status",
+                    {
+                        "phase": "command-terminal",
+                        "reason": reason,
+                        "command_id": command.id,
+                        "state": state,
+                        "terminal_status": terminal_status,
+                        "failure_kind": failure_kind,
+                        "message": message,
+                        "thread_id": None,
+                        "turn_id": None,
+                    },
+                )
+
+
+def terminalize_run_locked(
+    run: Run,
+    *,
+    result: TurnResult,
+    session: Session | None = None,
+    events: PendingEvents | None = None,
+) -> None:
+    """Move a locked, live run to its terminal status, release its claim, record it.
+    `session`: the run's session row when the caller has locked it; `events`: the caller's
+    pending events, if it collects them (else `terminal_status` is appended here)."""
+    with collecting(events) as events:
+        _save_terminal_status(run, result=result)
+        Lease.objects.filter(run=run).delete()
+        intents.fence_open_intents_locked(run=run, reason=f"run terminalized as {run.status}")
+        projection.project_run_terminal_locked(run, session=session)
+        events.add(
+            run,
+            "terminal_status",
+            {
+                "terminal_status": result.terminal_status,
+                "failure_kind": result.failure_kind,
+                "message": result.failure_message,
+                "thread_id": result.thread_id,
+                "turn_id": result.turn_id,
+            },
+        )
+    queue_projection.on_run_terminal_locked(run)  # run → task lock order: the task comes last
+
+
+def _save_terminal_status(run: Run, *, result: TurnResult) -> None:
+    now = timezone.now()
+    run.status = result.terminal_status
+    run.terminal_status = result.terminal_status
+    run.failure_kind = result.failure_kind
+    # A runner's or backend's error text may quote a credential: stored redacted, as the
+    # terminal_status event's copy is.
+    message = result.failure_message
+    run.failure_message = redact_text(message) if message else message
+    run.updated_at = now
+    run.claimed_by = None
+    run.lease_expires_at = None
+    run.save(
+        update_fields=[
+            "status",
+            "terminal_status",
+            "failure_kind",
+            "failure_message",
+            "claimed_by",
+            "lease_expires_at",
+            "updated_at",
+        ]
+    )
+
+
+def release_claim_locked(run: Run) -> None:
+    """Drop a terminal run's leftover claim and lease row. Needs the run lock."""
+    if run.claimed_by is not None or run.lease_expires_at is not None:
+        run.claimed_by = None
+        run.lease_expires_at = None
+        run.updated_at = timezone.now()
+        run.save(update_fields=["claimed_by", "lease_expires_at", "updated_at"])
+    Lease.objects.filter(run=run).delete()
+
+
+def record_thread_locked(
+    run: Run, *, result: TurnResult, events: PendingEvents | None = None
+) -> None:
+    """Keep the backend thread a runner reported on the run's session, so the next run
+    resumes it; records `backend_status {phase: session-updated}` (in the caller's pending
+    `events`, if it collects them). Needs the run lock."""
+    if not result.thread_id or run.session_id is None:
+        return
+    run.session_ref = projection.record_thread_locked(
+        run, thread_id=result.thread_id, turn_id=result.turn_id
+    )
+    run.updated_at = timezone.now()
+    run.save(update_fields=["session_ref", "updated_at"])
+    with collecting(events) as events:
+        events.add(
+            run,
+            "backend_status",
+            {
+                "phase": "session-updated",
+                "session_id": run.session_id,
+                "thread_id": result.thread_id,
+                "turn_id": result.turn_id,
+            },
+        )

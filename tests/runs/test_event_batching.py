@@ -1,0 +1,111 @@
+"""Run services that write several events append them in one go, pinned by statement count.
+
+Cancel (run or command), finish (run or command) and the lease reaper collect their events
+and append them once at the end: one read of the last seq, one INSERT, one NOTIFY (and one
+session UPDATE when the run has a session), whatever the number of events; a cancel
+request is written once, in its final stage. The events themselves, their order and
+seqs are the tests in test_cancel.py and test_lease_protocol.py. Counts include BEGIN and
+COMMIT; the outbox is off. With one append per event these were 41 (the run cancel), 30
+(the command cancel), 37 (the run finish), 24 (the command finish) and 28 (the reaper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from runs.models import Event, Run
+from runs.services.cancel import cancel_command, cancel_run
+from runs.services.commands import ack_command, create_command, finish_command
+from runs.services.lifecycle import TurnResult, claim_run, finish_run
+from runs.services.reaper import reap_expired_leases
+from tests.builders import make_claimed_run, make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def statements(operation: Callable[[], Any]) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        operation()
+    return [query["sql"] for query in captured.captured_queries]
+
+
+def appended_once(sqls: list[str]) -> bool:
+    inserts = sum(sql.startswith('INSERT INTO "agentrun_events"') for sql in sqls)
+    notifies = sum(sql.startswith("SELECT pg_notify") for sql in sqls)
+    return (inserts, notifies) == (1, 1)
+
+
+def claimed_session_run() -> Run:
+    run = make_run(session_ref={"session_id": "s-1", "metadata": {}})
+    return claim_run(run_id=run.id, runner_id="runner-1", lease_ms=60_000)
+
+
+def events_of(run: Run) -> list[int]:
+    return list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+
+
+def test_a_run_cancel_with_a_live_runner_and_two_open_commands() -> None:
+    run = make_claimed_run()
+    for text in ("first", "second"):
+        create_command(run_id=run.id, type="turn", payload={"text": text})
+    before = len(events_of(run))
+    sqls = statements(lambda: cancel_run(run_id=run.id, reason="stop"))
+    # the run and its commands locked, the request (once), the run's cancel fields, per
+    # command its row and its intents, the terminal status (run, lease, intents), and one
+    # append of eight events
+    assert len(sqls) == 16, sqls
+    assert appended_once(sqls)
+    assert sum(sql.startswith('UPDATE "agentrun_cancel_requests"') for sql in sqls) == 0
+    assert events_of(run) == list(range(1, before + 9))
+
+
+def test_a_command_cancel() -> None:
+    run = make_claimed_run()
+    command = create_command(run_id=run.id, type="turn", payload={"text": "hi"}).command
+    sqls = statements(lambda: cancel_command(command_id=command.id, reason="stop"))
+    assert len(sqls) == 11, sqls
+    assert appended_once(sqls)
+
+
+def test_a_run_finish_that_records_the_thread_and_closes_an_open_command() -> None:
+    run = claimed_session_run()
+    for text in ("first", "second"):
+        create_command(run_id=run.id, type="turn", payload={"text": text})
+    result = TurnResult("completed", thread_id="thread-1")
+    sqls = statements(
+        lambda: finish_run(
+            run_id=run.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
+        )
+    )
+    assert len(sqls) == 24, sqls
+    assert appended_once(sqls)
+
+
+def test_a_command_finish_that_records_the_thread() -> None:
+    run = claimed_session_run()
+    command = create_command(run_id=run.id, type="turn", payload={"text": "hi"}).command
+    ack_command(command_id=command.id, runner_id="runner-1", lease_epoch=run.lease_epoch)
+    result = TurnResult("completed", thread_id="thread-1")
+    sqls = statements(
+        lambda: finish_command(
+            command_id=command.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
+        )
+    )
+    assert len(sqls) == 20, sqls
+    assert appended_once(sqls)
+
+
+def test_the_reaper_fails_a_run_in_one_append() -> None:
+    run = claimed_session_run()
+    create_command(run_id=run.id, type="turn", payload={"text": "hi"})
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
+    sqls = statements(lambda: reap_expired_leases(limit=10, grace_ms=0))
+    assert len(sqls) == 19, sqls
+    assert appended_once(sqls)

@@ -1,0 +1,139 @@
+"""Statements per admission path, pinned (bench cell 9 measures the same paths).
+
+An admission collects the events of every run it writes and appends them once at its end
+(one read of the last seqs, one INSERT, one session touch, one NOTIFY), locks the session
+row once and passes it down, and writes a cancel request once, in its final stage. Before
+that, an interrupt was 69 statements, a created turn 33 and a steer 21 (one seq read,
+INSERT, session UPDATE and NOTIFY per event, the session re-read up to five times, every
+cancel stage saved on its own). Counts include BEGIN and COMMIT; the outbox is off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agentrun.errors import AgentRunError
+from runs.models import Run
+from sessions.services.steering import admit_steer, cancel_session
+from tests.sessions.helpers import admit
+from tests.sessions.world import claim, phases
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def statements(operation: Callable[[], Any]) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        operation()
+    return [query["sql"] for query in captured.captured_queries]
+
+
+def count(sqls: list[str], start: str) -> int:
+    return sum(sql.startswith(start) for sql in sqls)
+
+
+def session_locks(sqls: list[str]) -> int:
+    return sum(sql.startswith('SELECT "agentrun_sessions"') and "FOR UPDATE" in sql for sql in sqls)
+
+
+def appends_once(sqls: list[str]) -> bool:
+    """The events were appended in one go: one INSERT, one NOTIFY."""
+    return (
+        count(sqls, 'INSERT INTO "agentrun_events"') == 1 and count(sqls, "SELECT pg_notify") == 1
+    )
+
+
+def test_a_created_turn_on_a_new_session() -> None:
+    sqls = statements(lambda: admit("s-new", "hi", dispatch={}))
+    assert len(sqls) == 22, sqls
+    assert appends_once(sqls)
+    assert phases(Run.objects.get().id) == ["user_message", "run-created", "command-created"]
+
+
+def test_a_created_turn_on_a_session_whose_last_turn_ended_locks_its_row_once() -> None:
+    admit("s-ended", "first", dispatch={})
+    cancel_session(session_id="s-ended", tenant_id="tenant-a", reason="stop", requested_by=None)
+    sqls = statements(lambda: admit("s-ended", "second", dispatch={}))
+    assert len(sqls) == 18, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls)
+
+
+@pytest.mark.parametrize("claimed", [False, True])
+def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
+    """Claimed or not (two more stage events when a runner holds the lease), the same
+    statements: the events of both runs go in one append."""
+    first = admit("s-int", "first", dispatch={})
+    assert first.run is not None
+    if claimed:
+        claim(first.run.id)
+    sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
+    assert len(sqls) == 33, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls)
+    assert count(sqls, 'INSERT INTO "agentrun_cancel_requests"') == 1
+    assert count(sqls, 'UPDATE "agentrun_cancel_requests"') == 0
+    stages = ["cancel-delivered", "cancel-aborting"] if claimed else []
+    assert phases(first.run.id)[3:] == [
+        *(["run-claimed"] if claimed else []),
+        "cancel-accepted",
+        "cancel-persisted",
+        *stages,
+        "command-terminal",
+        "terminal_status",
+        "cancel-terminalized",
+    ]
+
+
+def test_a_stale_turn_replaced_by_a_new_one() -> None:
+    first = admit("s-stale", "first", dispatch={})
+    assert first.run is not None
+    claim(first.run.id)
+    Run.objects.filter(pk=first.run.id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=5)
+    )
+    sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
+    assert len(sqls) == 30, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls)
+
+
+@pytest.mark.parametrize("through", ["admit_turn", "admit_steer"])
+def test_a_steer(through: str) -> None:
+    admit("s-steer", "first", dispatch={})
+    if through == "admit_turn":
+        sqls = statements(lambda: admit("s-steer", "more", when_busy="steer"))
+    else:
+        sqls = statements(
+            lambda: admit_steer(session_id="s-steer", tenant_id="tenant-a", payload={"text": "x"})
+        )
+    assert len(sqls) == 16, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls)
+
+
+def test_a_busy_session_refuses_without_writing() -> None:
+    admit("s-busy", "first", dispatch={})
+
+    def refused() -> None:
+        with pytest.raises(AgentRunError, match="busy"):
+            admit("s-busy", "again")
+
+    sqls = statements(refused)
+    assert len(sqls) == 7, sqls
+    assert count(sqls, "INSERT") == 0 and count(sqls, "UPDATE") == 0
+
+
+def test_a_session_cancel() -> None:
+    first = admit("s-cancel", "first", dispatch={})
+    assert first.run is not None
+    claim(first.run.id)
+    sqls = statements(
+        lambda: cancel_session(
+            session_id="s-cancel", tenant_id="tenant-a", reason="stop", requested_by=None
+        )
+    )
+    assert len(sqls) == 24, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls)

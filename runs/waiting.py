@@ -4,9 +4,10 @@ One listener per process holds one autocommit connection that LISTENs on
 `agentrun_run_change`, and it alone queries the database for waiters: a waiter registers
 (run id, after_seq) and sleeps on an in-process event, holding no database connection (its
 thread's Django connection is closed first, unless a transaction pins it). The listener
-checks each newly registered waiter, and each run a notification names, with one query per
-batch on its own connection (the last seq of those runs), and wakes the waiters that run
-has passed. So a thousand sleeping long-polls cost one database connection, not a thousand.
+checks each newly registered waiter with one query per batch on its own connection (the
+last seq of those runs); a notification carries `<run id>:<last seq>`, so it wakes the
+waiters that seq has passed without a query. So a thousand sleeping long-polls cost one
+database connection, not a thousand.
 
 No event is missed: a waiter is checked only after it is registered *and* the listener is
 LISTENing, so an append committed before that check is seen by it, and one committed after
@@ -120,14 +121,29 @@ class RunChangeListener:
             self._take_unchecked()
             self._check(listener, None)  # anything missed while (re)connecting
             while not self._stopped.is_set():
-                notified = {notice.payload for notice in listener.notifies(timeout=0)}
-                if runs := notified | self._take_unchecked():
-                    # Notifications that arrive during the check's query are kept aside by
-                    # psycopg, not left on the socket: collect them before select() again.
+                notices = list(listener.notifies(timeout=0))
+                runs = self._take_unchecked()
+                for notice in notices:
+                    run_id, _, seq = notice.payload.partition(":")
+                    if seq.isdigit():  # the appender says how far the run got: no query
+                        self._wake_passed(run_id, int(seq))
+                    else:
+                        runs.add(run_id)
+                if runs:
                     self._check(listener, runs)
+                if runs or notices:
+                    # Notifications that arrive during a check's query are kept aside by
+                    # psycopg, not left on the socket: collect them before select() again.
                     continue
                 select.select([listener.fileno(), self._bell_r.fileno()], [], [], 1.0)
                 self._ring_off()
+
+    def _wake_passed(self, run_id: str, last_seq: int) -> None:
+        """Wake the waiters of a run that has an event up to `last_seq` committed."""
+        with self._lock:
+            for waiter in self._waiters.get(run_id, ()):
+                if last_seq > waiter.after_seq:
+                    waiter.found.set()
 
     def _ring(self) -> None:
         # Full: the bell rings already. Closed: the listener was stopped, and register()

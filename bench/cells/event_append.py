@@ -10,7 +10,7 @@ multi-row INSERT, `UPDATE agentrun_sessions`, `pg_notify`, COMMIT.
 
 Figures: single append at 8 and 32 writers; batch of 100 per call; batch vs single
 (agentrun against itself, events/s); with vs without `pg_notify` at 8 and 32 writers
-(the service with `notify_run_change` switched off in the bench process only); outbox on
+(the service with `notify_runs_change` switched off in the bench process only); outbox on
 vs off. The ledger reads every event of the runs back: per run, seqs 1..n with no gap;
 per writer, its items in the order it acknowledged them; nothing acknowledged missing.
 """
@@ -117,7 +117,7 @@ def raw_append(
     if session_id:
         conn.execute(TOUCH_SESSION, [last + len(items), now, now, session_id])
     if notify:
-        conn.execute(NOTIFY, [RUN_CHANGE_CHANNEL, run.run_id])
+        conn.execute(NOTIFY, [RUN_CHANGE_CHANNEL, f"{run.run_id}:{last + len(items)}"])
     committing = _now() if stamp_commit else 0.0
     conn.commit()
     return committing
@@ -199,12 +199,12 @@ def event_ledger(
 @contextmanager
 def notify_off() -> Iterator[None]:
     """The service without `pg_notify` (bench process only): measures what NOTIFY costs."""
-    original = event_service.notify_run_change
-    event_service.notify_run_change = lambda run_id: None
+    original = event_service.notify_runs_change
+    event_service.notify_runs_change = lambda last_seqs: None
     try:
         yield
     finally:
-        event_service.notify_run_change = original
+        event_service.notify_runs_change = original
 
 
 def sample(

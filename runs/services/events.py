@@ -3,8 +3,8 @@
 The seq of an event is `max(seq) + 1` read under the run's row lock, so seqs are gap-free
 and unique per run however many writers race (seed `appendEventWithLockedRun`). Payloads
 are redacted before they are stored. Each transaction that appends notifies
-`agentrun_run_change` with the run id; PostgreSQL delivers the notification at commit, so
-a long-poll never sees an event that then rolls back.
+`agentrun_run_change` with `<run id>:<last seq>`; PostgreSQL delivers the notification at
+commit, so a long-poll never sees an event that then rolls back.
 """
 
 from __future__ import annotations
@@ -178,24 +178,19 @@ def _store(per_run: list[list[Event]]) -> None:
     )
     for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
         record_outbox_locked(run=rows[0].run, events=rows)  # a no-op when the outbox is off
-    notify_runs_change([rows[0].run.id for rows in per_run])
+    notify_runs_change({rows[0].run.id: rows[-1].seq for rows in per_run})
     count_events_on_commit(event.type for rows in per_run for event in rows)
 
 
-def notify_run_change(run_id: str) -> None:
-    """Queue `NOTIFY agentrun_run_change, <run id>`; PostgreSQL sends it at commit."""
-    notify_runs_change([run_id])
-
-
-def notify_runs_change(run_ids: list[str]) -> None:
-    """`notify_run_change` for several runs in one statement."""
+def notify_runs_change(last_seqs: dict[str, int]) -> None:
+    """Queue `NOTIFY agentrun_run_change, '<run id>:<last seq>'` per run, in one statement;
+    PostgreSQL sends them at commit. The seq lets a long-poll listener wake exactly the
+    waiters it concerns without reading the database (`runs.waiting`)."""
+    payloads = [f"{run_id}:{seq}" for run_id, seq in last_seqs.items()]
     with connection.cursor() as cursor:
-        if len(run_ids) == 1:
-            cursor.execute("SELECT pg_notify(%s, %s)", [RUN_CHANGE_CHANNEL, run_ids[0]])
-            return
         cursor.execute(
-            "SELECT pg_notify(%s, run_id) FROM unnest(%s::text[]) AS run_id",
-            [RUN_CHANGE_CHANNEL, run_ids],
+            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+            [RUN_CHANGE_CHANNEL, payloads],
         )
 
 

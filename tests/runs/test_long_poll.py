@@ -250,3 +250,30 @@ def test_http_long_polls_give_back_their_connection_while_they_wait() -> None:
     assert {run_id: [e["seq"] for e in page["items"]] for run_id, page in pages.items()} == {
         run.id: [2] for run in runs
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_without_a_seq_wakes_its_waiter_after_a_check() -> None:
+    """Appends notify `<run id>:<last seq>` and the listener trusts the seq; a bare run id
+    (a writer that does not say how far the run got) makes it read the run's last seq."""
+    run = make_claimed_run(runner_id="r1")  # its last event is seq 1
+    woke: list[bool] = []
+
+    def waiter() -> None:
+        try:
+            woke.append(wait_for_event(run_id=run.id, after_seq=1, timeout_s=10))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.3)
+    with connection.cursor() as cursor:  # seq 2 committed, then a bare notification
+        cursor.execute(
+            "INSERT INTO agentrun_events (id, run_id, seq, type, payload, created_at)"
+            " VALUES ('evt_bare', %s, 2, 'log', '{}', now())",
+            [run.id],
+        )
+        cursor.execute("SELECT pg_notify('agentrun_run_change', %s)", [run.id])
+    thread.join(timeout=5)
+    assert woke == [True]

@@ -24,14 +24,14 @@ agentrun every intent `dispatched` with one runner job.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench import env, queues
+from bench.celery_workers import celery_workers, journal_starts, producing_to_redis
 from bench.harness import CellReport, Figure, Sample, Scale, compare, compare_many
 from bench.profiling import print_summary, profiled
 
@@ -71,48 +71,27 @@ def drain_sample(
     return run
 
 
-REDIS_URL = "redis://127.0.0.1:6379/11"
-
-
 def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample]:
-    """The same drain through Celery: 2 `celery worker --pool threads -c N` processes on
-    the machine's Redis, the deployed `dispatch.dispatch_batch` task (which wakes itself
-    again while its batches come back full), the no-op launcher plugged in through
-    `AGENTRUN_EXTRA_LAUNCHERS`. Started by 2 x N task messages; the rate runs from sending
-    them to the last intent's `dispatched_at`."""
+    """The same drain through Celery (`bench.celery_workers`): 2 worker processes x N
+    threads running the deployed `dispatch.dispatch_batch` task, which queues a follow-up
+    while its batches come back full. Started by 2 x N task messages; the rate runs from
+    sending them to the last intent's `dispatched_at`."""
 
     def run() -> Sample:
-        import redis
-
         queues.clear_queues()
         ids = queues.seed("celery", n)
-        redis.Redis.from_url(REDIS_URL).flushdb()
-        journal = env.RESULTS / "celery-journal.txt"
-        journal.unlink(missing_ok=True)
-        workers = [_celery_worker(i, slots=slots, batch=batch, journal=journal) for i in range(2)]
-        try:
+        journal = Path(tempfile.mkdtemp(prefix="drain-celery-")) / "journal.log"
+        workers = celery_workers(processes=PROCESSES, slots=slots, batch=batch, journal=journal)
+        with workers, producing_to_redis():
             from agentrun.celery import app
 
-            with app.connection_for_write(REDIS_URL) as conn:
-                go = time.time()
-                for _ in range(PROCESSES * slots):
-                    app.send_task(
-                        "dispatch.dispatch_batch",
-                        kwargs={"trigger": "bench"},
-                        queue="dispatch",
-                        connection=conn,
-                    )
+            go = time.time()
+            for _ in range(PROCESSES * slots):
+                app.send_task(
+                    "dispatch.dispatch_batch", kwargs={"trigger": "bench"}, queue="dispatch"
+                )
             last = _wait_dispatched(n, timeout=max(120.0, n / 50))
-        finally:
-            for worker in workers:
-                worker.kill()
-                worker.wait()
-        executed = [
-            line.split()[1]
-            for line in journal.read_text().splitlines()
-            if line.startswith("start ")
-        ]
-        ledger = queues.execution_ledger(ids, executed)
+        ledger = queues.execution_ledger(ids, [item for item, _ in journal_starts(journal)])
         facts = queues.intent_ledger(ids)
         undispatched = n - facts["states"].get("dispatched", 0)
         if undispatched:
@@ -122,32 +101,6 @@ def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample
         return Sample(n, max(last - go, 1e-6), ledger, extra={"database": facts})
 
     return run
-
-
-def _celery_worker(index: int, *, slots: int, batch: int, journal: Any) -> subprocess.Popen[bytes]:
-    """Start one worker and wait for its `ready.` line (its log is rewritten per sample)."""
-    log_path = env.RESULTS / f"celery-worker-{index}.log"
-    worker_env = {
-        **os.environ,
-        "CELERY_BROKER_URL": REDIS_URL,
-        "AGENTRUN_EXTRA_LAUNCHERS": "noop=bench.launchers.JournalingNoopLauncher",
-        "AGENTRUN_BENCH_JOURNAL": str(journal),
-        "AGENTRUN_DISPATCH_BATCH_SIZE": str(batch),
-        "LOG_LEVEL": "WARNING",
-    }
-    argv = [sys.executable, "-m", "celery", "-A", "agentrun", "worker", "-Q", "dispatch"]
-    argv += ["--pool", "threads", "--concurrency", str(slots), "-n", f"bench-{index}@%h"]
-    argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-    argv += ["--loglevel", "INFO"]
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, cwd=env.ROOT, env=worker_env, stdout=log, stderr=log)
-    deadline = time.monotonic() + 60
-    while " ready." not in log_path.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"celery worker {index} did not start; see {log_path}")
-        time.sleep(0.1)
-    return proc
 
 
 def _wait_dispatched(n: int, *, timeout: float) -> float:

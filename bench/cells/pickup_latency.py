@@ -7,8 +7,9 @@ for T seconds; 2 worker processes x 4 slots pick them up. Latency = the handler'
 - agentrun: the producer writes one pending run + `turn` command + dispatch intent per
   transaction (the rows an admission writes, in bulk SQL so the producer keeps its pace);
   workers loop `dispatch_batch` and, when a claim comes back empty, poll again after 5 ms.
-  That is the service loop's best case: deployed, the wake-up is the on-commit Celery task
-  (`dispatch.wakeup`), whose latency adds the broker's.
+  That is the service loop's best case. Also measured deployed, at 50/s: each commit
+  followed by the intent's on-commit wake-up (`dispatch.wakeup`) through Redis to 2 Celery
+  worker processes x 4 threads running the dispatch task, vs PgQueuer.
 - PgQueuer and Procrastinate: one job enqueued per transaction through their APIs; their
   workers wake on LISTEN/NOTIFY.
 
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import env, queues
+from bench.celery_workers import celery_workers, journal_starts, producing_to_redis
 from bench.cells.chaos import done_count
 from bench.harness import CellReport, Figure, Ledger, Sample, Scale, compare_many
 from bench.workers import PEER_ENTRYPOINT, procrastinate_app
@@ -142,6 +144,40 @@ def pickup_sample(kind: str, *, rate: float, seconds: float) -> Callable[[], Sam
     return run
 
 
+def celery_pickup_sample(*, rate: float, seconds: float) -> Callable[[], Sample]:
+    """agentrun deployed: each commit is followed by the on-commit wake-up a new intent
+    sends (`dispatch.wakeup.wake_dispatcher`, through Redis), and 2 Celery worker
+    processes x 4 threads run the dispatch task (`bench.celery_workers`). Nothing polls."""
+
+    def run() -> Sample:
+        from dispatch.wakeup import wake_dispatcher
+
+        queues.clear_queues()
+        journal = Path(tempfile.mkdtemp(prefix="pickup-celery-")) / "journal.log"
+        workers = celery_workers(processes=PROCESSES, slots=SLOTS, batch=10, journal=journal)
+        with workers, producing_to_redis():
+
+            def one(i: int) -> None:
+                queues.seed_intents(1, start=i)
+                wake_dispatcher()  # what the intent's on_commit does
+
+            times = paced(rate, seconds, one)
+            expected = [f"rdi_b{i:09d}" for i in times]
+            deadline = time.time() + 60 + len(expected) / 50
+            while done_count("agentrun") < len(expected) and time.time() < deadline:
+                time.sleep(0.1)
+        committed = {f"rdi_b{i:09d}": at for i, at in times.items()}
+        starts = journal_starts(journal)
+        first: dict[str, float] = {}
+        for item, at in starts:
+            first.setdefault(item, at)
+        latencies = [(first[i] - committed[i]) * 1000 for i in expected if i in first]
+        ledger = queues.execution_ledger(expected, [item for item, _ in starts])
+        return Sample(len(latencies), seconds, ledger, latencies, {"offered_rate": rate})
+
+    return run
+
+
 def run(scale: Scale) -> CellReport:
     report = CellReport()
     queues.install_peers()
@@ -166,6 +202,25 @@ def run(scale: Scale) -> CellReport:
                     )
                 )
         report.outcomes += _shared_refs(figures, scale.heavy_reps)
+    rate, seconds = 50, scale.pick(1.0, 6.0)
+    report.outcomes += _shared_refs(
+        [
+            Figure(
+                f"4.pickup.{rate}.celery.{metric}",
+                f"pickup latency at {rate}/s, agentrun through Celery wake-ups vs PgQueuer"
+                f" ({metric})",
+                "agentrun-celery",
+                celery_pickup_sample(rate=rate, seconds=seconds),
+                "pgqueuer",
+                pickup_sample("pgqueuer", rate=rate, seconds=seconds),
+                params={"rate": rate, "seconds": seconds, "processes": PROCESSES, "slots": SLOTS},
+                metric=metric,
+                unit="ms",
+            )
+            for metric in ("p50", "p99")
+        ],
+        scale.heavy_reps,
+    )
     return report
 
 

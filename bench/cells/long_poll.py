@@ -92,7 +92,8 @@ class SharedListener(threading.Thread):
         try:
             while not self.stop.is_set():
                 for notice in self.conn.notifies(timeout=0.5):
-                    waiter = self.waiters.get(notice.payload)
+                    # '<run id>:<last seq>'; woken without a query, trusting the notification.
+                    waiter = self.waiters.get(notice.payload.partition(":")[0])
                     if waiter is not None:
                         waiter.inbox.set()
         finally:

@@ -342,32 +342,52 @@ def procrastinate_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def relay_worker(args: argparse.Namespace) -> dict[str, Any]:
-    """agentrun's relay: `relay_outbox_batch` in a loop until the outbox is drained."""
+    """agentrun's relay: `outbox.services.relay.run_relay_loop` (what `relay_outbox --loop`
+    runs) on a thread, until no record has been undelivered for `--idle` seconds. Its last
+    work is the newest `delivered_at` (the settle statement's time)."""
     import django
+    import psycopg
 
     django.setup()
     from django.db import connection
 
     from outbox.kafka import ensure_topics, outbox_topic
-    from outbox.services.relay import relay_outbox_batch
+    from outbox.services.relay import RelayResult, run_relay_loop
 
     connection.ensure_connection()
     ensure_topics({outbox_topic()})
-    go = wait_for_go()
-    last = 0.0
-    delivered = 0
-    idle_since = None
-    while time.time() < go + args.seconds:
-        result = relay_outbox_batch()
-        delivered += result.delivered
-        if result.claimed:
-            last, idle_since = time.time(), None
-            continue
-        idle_since = idle_since or time.time()
-        if time.time() - idle_since > args.idle:
-            break
-        time.sleep(0.05)
-    return {"executed": [], "starts": [], "go": go, "last_work": last, "delivered": delivered}
+    stop = threading.Event()
+    totals: list[RelayResult] = []
+    loop = threading.Thread(
+        target=lambda: totals.append(run_relay_loop(stop=stop, idle_seconds=0.05))
+    )
+    with psycopg.connect(env.database_url(), autocommit=True) as watch:
+        go = wait_for_go()
+        loop.start()
+        empty_since = None
+        while time.time() < go + args.seconds:
+            time.sleep(0.05)
+            if watch.execute(RELAY_PENDING).fetchone()[0]:
+                empty_since = None
+            elif time.time() - (empty_since := empty_since or time.time()) > args.idle:
+                break
+        stop.set()
+        loop.join()
+        last = watch.execute(RELAY_LAST).fetchone()[0]
+    delivered = totals[0].delivered if totals else 0
+    return {
+        "executed": [],
+        "starts": [],
+        "go": go,
+        "last_work": float(last or 0),
+        "delivered": delivered,
+    }
+
+
+RELAY_PENDING = (
+    "SELECT EXISTS (SELECT 1 FROM agentrun_kafka_event_outbox WHERE delivered_at IS NULL)"
+)
+RELAY_LAST = "SELECT extract(epoch FROM max(delivered_at)) FROM agentrun_kafka_event_outbox"
 
 
 NAIVE_CLAIM = """

@@ -5,12 +5,12 @@ the run; `data` carries the run, session and command ids, the per-run `seq` and 
 payload) and the routing facts again as headers, so a consumer can filter or detect a gap
 (`seq` per run, `outbox_seq` globally) without parsing the value. The partition key keeps
 one session's events (or one run's, when it has no session) in one partition, prefixed by
-the tenant so tenants never share a key.
+the tenant so tenants never share a key. The value goes to Kafka as the stored jsonb's text
+(UTF-8 JSON; keys in jsonb's order), sent by the relay without re-encoding.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,8 +73,3 @@ def message_headers(*, run: Run, event: Event, outbox_seq: int) -> dict[str, str
         "seq": str(event.seq),
         "outbox_seq": str(outbox_seq),
     }
-
-
-def encode_value(value: dict[str, Any]) -> bytes:
-    """The bytes of a stored envelope as sent to Kafka: compact UTF-8 JSON."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

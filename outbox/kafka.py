@@ -7,18 +7,20 @@ delivery with confluent-kafka.
 - `message.timeout.ms` is half the relay lease, so every message gets a definitive report
   (acknowledged or failed) while its claim is still live, with half the lease left to
   record the outcome.
-- One producer per thread is kept between batches (a Celery prefork child or a
-  `relay_outbox` loop has one thread). After any failure it is purged and dropped, so the
-  next batch starts on a fresh producer id: an idempotent producer that has seen a timeout
-  or a broker that lost its state (`UNKNOWN_PRODUCER_ID`) is not reused.
+- One producer per thread is kept between batches (a Celery prefork child, or the thread
+  that claims and produces in a `relay_outbox` loop; its settle thread only waits for the
+  reports, `Sending.wait`). After any failure it is purged and closed, so the next batch
+  starts on a fresh producer id: an idempotent producer that has seen a timeout or a
+  broker that lost its state (`UNKNOWN_PRODUCER_ID`) is not reused.
 - The topic is created on first use per process (AdminClient; an existing topic is fine),
-  before the relay claims anything.
+  before the relay claims anything; the producer never creates one itself.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,10 @@ def producer_config() -> dict[str, Any]:
         "client.id": "agentrun-outbox",
         "enable.idempotence": True,
         "acks": "all",
+        # Topics are created by `ensure_topics` with the configured partitions; a metadata
+        # request must not create one with the broker's defaults (a key would then map to
+        # another partition than its earlier records).
+        "allow.auto.create.topics": False,
         "linger.ms": 5,
         "message.timeout.ms": delivery_timeout_ms(),
         "message.max.bytes": int(settings.AGENTRUN_KAFKA_MESSAGE_MAX_BYTES),
@@ -69,7 +75,7 @@ class OutgoingMessage:
     topic: str
     key: str
     value: bytes
-    headers: list[tuple[str, str | bytes | None]]
+    headers: dict[str, Any] | list[tuple[str, str | bytes | None]]  # values: str or bytes
 
 
 @dataclass(frozen=True)
@@ -98,23 +104,67 @@ def deliver(messages: list[OutgoingMessage]) -> list[DeliveryFailure | None]:
     Returns one entry per message: None when Kafka acknowledged it, else the failure. Side
     effects: network I/O only, so no database transaction may be open (house rule 7).
     """
-    assert not connection.in_atomic_block, "Kafka I/O with a transaction open"
     if not messages:
         return []
-    producer = _producer()
-    reports = _produce_all(producer, messages)
-    timeout = delivery_timeout_ms() * 1.5 / 1000  # still inside the lease (twice as long)
+    sending = send(messages)
     try:
-        producer.flush(timeout)
+        sending.producer.flush(report_timeout())
     except KafkaException as error:  # a fatal producer error surfaces from flush()
-        fatal = _failure_from(error)
-        for index in range(len(messages)):
-            reports.setdefault(index, fatal)
-    missing = DeliveryFailure("_NO_REPORT", f"no delivery report within {timeout:.0f}s")
-    results = [reports.get(index, missing) for index in range(len(messages))]
+        sending.fail_unreported(_failure_from(error))
+    results = sending.results()
     if any(result is not None for result in results):
         discard_producer()
     return results
+
+
+def report_timeout() -> float:
+    """Seconds to wait for a batch's reports: 1.5 x `message.timeout.ms`, still inside the
+    lease (twice `message.timeout.ms`)."""
+    return delivery_timeout_ms() * 1.5 / 1000
+
+
+@dataclass
+class Sending:
+    """A batch of messages queued on a producer, and the delivery reports received so far
+    (index -> None when acknowledged, else the failure)."""
+
+    producer: Producer
+    reports: dict[int, DeliveryFailure | None]
+    count: int
+
+    def wait(self) -> list[DeliveryFailure | None]:
+        """Serve delivery callbacks until every message of the batch has its report or the
+        report timeout passes; returns the outcomes. Safe on another thread than the one
+        producing (librdkafka producers are thread-safe; callbacks run on the polling
+        thread). Network I/O only: no transaction may be open."""
+        assert not connection.in_atomic_block, "Kafka I/O with a transaction open"
+        deadline = time.monotonic() + report_timeout()
+        while len(self.reports) < self.count and (left := deadline - time.monotonic()) > 0:
+            try:
+                self.producer.poll(min(left, 0.1))
+            except KafkaException as error:
+                self.fail_unreported(_failure_from(error))
+            except RuntimeError as error:  # discarded (closed) after a failure meanwhile
+                self.fail_unreported(DeliveryFailure("_PRODUCER_CLOSED", str(error)))
+        return self.results()
+
+    def fail_unreported(self, failure: DeliveryFailure) -> None:
+        for index in range(self.count):
+            self.reports.setdefault(index, failure)
+
+    def results(self) -> list[DeliveryFailure | None]:
+        missing = DeliveryFailure(
+            "_NO_REPORT", f"no delivery report within {report_timeout():.0f}s"
+        )
+        return [self.reports.get(index, missing) for index in range(self.count)]
+
+
+def send(messages: list[OutgoingMessage]) -> Sending:
+    """Queue `messages` in order on this thread's producer; their reports come later
+    (`Sending.wait`). Network I/O only: no transaction may be open (house rule 7)."""
+    assert not connection.in_atomic_block, "Kafka I/O with a transaction open"
+    producer = _producer()
+    return Sending(producer, _produce_all(producer, messages), len(messages))
 
 
 def _produce_all(
@@ -168,6 +218,8 @@ def _produce(
             producer.poll(0.1)
         except KafkaException as error:  # e.g. MSG_SIZE_TOO_LARGE, or a fatal producer
             return _failure_from(error)
+        except TypeError as error:  # a header value that is not a string or bytes
+            return DeliveryFailure("_INVALID_MESSAGE", str(error), retriable=False)
     return DeliveryFailure("_QUEUE_FULL", "the producer queue stayed full")
 
 
@@ -189,14 +241,22 @@ def _producer() -> Producer:
     return producer
 
 
-def discard_producer() -> None:
-    """Drop this thread's producer (purging what it still holds) and the topic cache."""
+def discard_producer(only: Producer | None = None) -> None:
+    """Drop this thread's producer (purging what it still holds) and the topic cache; with
+    `only`, just when that is still this thread's producer (a pipelined relay learns of a
+    failure after it produced the next batch, maybe on a new producer already)."""
     producer = getattr(_local, "producer", None)
+    if only is not None and producer is not only:
+        return
     _local.producer = _local.fingerprint = None
     _ensured_topics.clear()
     if producer is not None:
         producer.purge()
-        producer.flush(0)
+        producer.flush(0)  # serve the purged messages' reports
+        # Destroy it now rather than when its last reference goes (a pipelined relay's
+        # settled batch may still hold one): a producer left alive reconnects when the
+        # broker comes back.
+        producer.close()
 
 
 def ensure_topics(topics: set[str]) -> None:

@@ -1,4 +1,5 @@
-"""Locks and raw SQL of the outbox: the key lock, the sequence batch and the relay's claim.
+"""Locks and raw SQL of the outbox: the key lock, the sequence batch and the relay's claim
+and settle statements.
 
 - `lock_outbox_key` is the per-(topic, partition key) transaction advisory lock a writer
   takes before it draws `outbox_seq` values. It is held until the writer commits, so a
@@ -11,20 +12,47 @@
   due, unleased, undelivered records is claimed, with `FOR UPDATE … SKIP LOCKED`, and the
   lease is set in the same statement. It must run in its own short transaction that
   commits before any Kafka I/O.
+- `complete_claims` and `retry_claims` settle a batch in one statement each, every row
+  fenced by its claim's (id, lease owner, attempt count) and a live lease; they run in the
+  relay's settle transaction.
 
 Raw SQL lives here and nowhere else in the app: the ORM cannot express `nextval` on a
-named sequence, `DISTINCT ON`, window functions over a `LATERAL` join, or `FOR UPDATE OF
-… SKIP LOCKED` inside a CTE feeding an `UPDATE … RETURNING`.
+named sequence, a recursive skip scan, window functions over a `LATERAL` join, `FOR UPDATE
+OF … SKIP LOCKED` inside a CTE feeding an `UPDATE … RETURNING`, or an `UPDATE … FROM
+…` from a set of rows that gives every row its own fencing token.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
 from django.db import connection
 
 from agentrun.locks import LockKey, advisory_xact_lock
-from outbox.models import OUTBOX_SEQUENCE, KafkaEventOutbox
+from outbox.models import OUTBOX_SEQUENCE
 
-MAX_CLAIM = 500
+logger = logging.getLogger("outbox.relay")
+MAX_CLAIM = 2_000
+RECORDS_PER_KEY = 8  # a claim takes a key's records 8 at a time before it goes deeper
+
+
+class ClaimedRecord(NamedTuple):
+    """One leased outbox record: what the relay sends, and its fencing token (id,
+    lease_owner, attempt_count). A tuple: a claim makes hundreds at a time."""
+
+    id: str
+    event_id: str
+    run_id: str
+    topic: str
+    partition_key: str
+    outbox_seq: int
+    attempt_count: int
+    lease_owner: str
+    value: str  # the envelope's JSON text, as PostgreSQL prints the jsonb column
+    headers: dict[str, Any]
 
 
 def lock_outbox_key(*, topic: str, partition_key: str) -> None:
@@ -47,84 +75,313 @@ def reserve_outbox_seqs(count: int) -> list[int]:
         return sorted(int(row[0]) for row in cursor.fetchall())
 
 
-# The seed's claim, with two changes that keep its meaning:
-# - the `delivered_at IS NULL` and lease checks are repeated in the locking CTEs, so that
-#   PostgreSQL re-evaluates them on the row version it locks (a row may change between the
-#   statement's snapshot and its lock);
-# - the round-robin pick (`picked`) chooses the first `limit` due rows before any row is
-#   locked, so only those rows are joined and locked, not every candidate of every prefix.
+# The seed's claim takes the due, unleased prefix of each key, keys served round robin,
+# the oldest key heads first. Here a claim takes each key's prefix RECORDS_PER_KEY records
+# at a time: the oldest keys' first 8 records, key after key, until `limit`; only when the
+# keys run out does it go deeper, round robin over the keys that had 8. So a claim of 1,000
+# over 500 deep keys holds 125 of them: a second relay worker (or the same loop's next
+# batch) finds other keys to claim, and a worker that dies holding a claim stops only its
+# keys until the lease lapses, where round robin from the first record on leased the head
+# of every key. Many shallow keys, or one deep key, still fill the batch. The cost grows
+# with the number of keys that have undelivered records, not with the records:
+# - `heads` is a skip scan over the pending key-order index (`(topic, partition_key,
+#   outbox_seq) WHERE delivered_at IS NULL`): one index probe per key finds the key's
+#   head, then jumps past the key (PostgreSQL has no native skip scan; the seed's DISTINCT
+#   ON read every undelivered row);
+# - heads due and unleased in the statement's snapshot are locked oldest first, SKIP
+#   LOCKED, so a concurrent claimer takes the next keys instead of waiting or coming back
+#   empty; the lock re-checks delivery and lease on the row's latest version. CTEs are
+#   read only as far as their reader needs: `first_records` stops at `limit`, so only the
+#   keys it reaches are joined and locked (`due_heads` is sorted once; the nested loop
+#   keeps that order, which decides which keys go first, never what a claim may take);
+# - `first_records` reads at most 8 records per key (one index range) and keeps them up
+#   to the first that is not due or is leased; `deeper` continues the keys that had 8,
+#   breadth first, one index probe per record, for whatever `limit` has left;
+# - the UPDATE finds each picked row by the ctid its index scan saw (no second index
+#   lookup) and re-checks it; a row updated meanwhile has moved, so it is left out. No
+#   other claimer can hold a row of a key whose head this statement locked, so every
+#   key's rows are leased from its head on without a gap; `claim_due_records` still
+#   checks the offsets it gets back and never sends a row after a gap (it would wait for
+#   its lease to lapse), so a claim sent is always a prefix of its key.
 _CLAIM_SQL = """
-WITH head_ids AS MATERIALIZED (
-  SELECT DISTINCT ON (topic, partition_key) id
-  FROM agentrun_kafka_event_outbox
-  WHERE delivered_at IS NULL
-  ORDER BY topic, partition_key, outbox_seq
-), heads AS MATERIALIZED (
-  SELECT candidate.topic, candidate.partition_key, candidate.outbox_seq
-  FROM agentrun_kafka_event_outbox candidate
-  JOIN head_ids ON head_ids.id = candidate.id
+WITH RECURSIVE heads AS (
+  (SELECT o.id, o.topic, o.partition_key, o.outbox_seq, o.next_attempt_at, o.lease_expires_at
+   FROM agentrun_kafka_event_outbox o
+   WHERE o.delivered_at IS NULL
+   ORDER BY o.topic, o.partition_key, o.outbox_seq
+   LIMIT 1)
+  UNION ALL
+  SELECT following.*
+  FROM heads
+  CROSS JOIN LATERAL (
+    SELECT o.id, o.topic, o.partition_key, o.outbox_seq, o.next_attempt_at, o.lease_expires_at
+    FROM agentrun_kafka_event_outbox o
+    WHERE o.delivered_at IS NULL
+      AND (o.topic, o.partition_key) > (heads.topic, heads.partition_key)
+    ORDER BY o.topic, o.partition_key, o.outbox_seq
+    LIMIT 1
+  ) following
+), due_heads AS MATERIALIZED (
+  SELECT heads.id, heads.outbox_seq
+  FROM heads
+  WHERE heads.next_attempt_at <= now()
+    AND (heads.lease_expires_at IS NULL OR heads.lease_expires_at <= now())
+  ORDER BY heads.outbox_seq
+), locked_heads AS MATERIALIZED (
+  SELECT candidate.id, candidate.topic, candidate.partition_key, candidate.outbox_seq
+  FROM due_heads
+  JOIN agentrun_kafka_event_outbox candidate ON candidate.id = due_heads.id
   WHERE candidate.delivered_at IS NULL
     AND candidate.next_attempt_at <= now()
     AND (candidate.lease_expires_at IS NULL OR candidate.lease_expires_at <= now())
-  ORDER BY candidate.outbox_seq
   FOR UPDATE OF candidate SKIP LOCKED
-  LIMIT %(limit)s
-), prefix_candidates AS MATERIALIZED (
-  SELECT candidate.id, candidate.topic, candidate.partition_key, candidate.outbox_seq,
-         candidate.next_attempt_at, candidate.lease_expires_at
-  FROM heads
+), first_records AS MATERIALIZED (
+  SELECT prefix.id, prefix.row_ctid, prefix.topic, prefix.partition_key, prefix.outbox_seq,
+         prefix.key_offset
+  FROM locked_heads
   CROSS JOIN LATERAL (
-    SELECT item.*
-    FROM agentrun_kafka_event_outbox item
-    WHERE item.topic = heads.topic
-      AND item.partition_key = heads.partition_key
-      AND item.delivered_at IS NULL
-    ORDER BY item.outbox_seq
-    LIMIT %(limit)s
-  ) candidate
-), ranked AS MATERIALIZED (
-  SELECT prefix_candidates.id,
-         prefix_candidates.outbox_seq,
-         row_number() OVER key_order AS key_offset,
-         bool_and(prefix_candidates.next_attempt_at <= now()
-                  AND (prefix_candidates.lease_expires_at IS NULL
-                       OR prefix_candidates.lease_expires_at <= now())) OVER key_order
-           AS prefix_due
-  FROM prefix_candidates
-  WINDOW key_order AS (PARTITION BY prefix_candidates.topic, prefix_candidates.partition_key
-                       ORDER BY prefix_candidates.outbox_seq)
-), picked AS MATERIALIZED (
-  SELECT ranked.id, ranked.key_offset, ranked.outbox_seq
-  FROM ranked
-  WHERE ranked.prefix_due
-  ORDER BY ranked.key_offset ASC, ranked.outbox_seq ASC
+    SELECT ranked.id, ranked.row_ctid, ranked.topic, ranked.partition_key,
+           ranked.outbox_seq, ranked.key_offset
+    FROM (
+      SELECT item.id, item.row_ctid, item.topic, item.partition_key, item.outbox_seq,
+             row_number() OVER key_order AS key_offset,
+             bool_and(item.next_attempt_at <= now()
+                      AND (item.lease_expires_at IS NULL OR item.lease_expires_at <= now()))
+               OVER key_order AS prefix_due
+      FROM (
+        SELECT key_item.id, key_item.ctid AS row_ctid, key_item.topic,
+               key_item.partition_key, key_item.outbox_seq, key_item.next_attempt_at,
+               key_item.lease_expires_at
+        FROM agentrun_kafka_event_outbox key_item
+        WHERE key_item.topic = locked_heads.topic
+          AND key_item.partition_key = locked_heads.partition_key
+          AND key_item.delivered_at IS NULL
+        ORDER BY key_item.outbox_seq
+        LIMIT %(per_key)s
+      ) item
+      WINDOW key_order AS (ORDER BY item.outbox_seq)
+    ) ranked
+    WHERE ranked.prefix_due
+  ) prefix
   LIMIT %(limit)s
-), due AS MATERIALIZED (
-  SELECT candidate.id
-  FROM picked
-  JOIN agentrun_kafka_event_outbox candidate ON candidate.id = picked.id
-  WHERE candidate.delivered_at IS NULL
-    AND (candidate.lease_expires_at IS NULL OR candidate.lease_expires_at <= now())
-  ORDER BY picked.key_offset ASC, picked.outbox_seq ASC
-  FOR UPDATE OF candidate SKIP LOCKED
+), deeper AS (
+  (SELECT first_records.id, first_records.row_ctid, first_records.topic,
+          first_records.partition_key, first_records.outbox_seq, first_records.key_offset
+   FROM first_records
+   WHERE first_records.key_offset = %(per_key)s
+   ORDER BY first_records.outbox_seq)
+  UNION ALL
+  SELECT following.id, following.row_ctid, following.topic, following.partition_key,
+         following.outbox_seq, deeper.key_offset + 1
+  FROM deeper
+  CROSS JOIN LATERAL (
+    SELECT item.id, item.ctid AS row_ctid, item.topic, item.partition_key, item.outbox_seq,
+           item.next_attempt_at, item.lease_expires_at
+    FROM agentrun_kafka_event_outbox item
+    WHERE item.topic = deeper.topic
+      AND item.partition_key = deeper.partition_key
+      AND item.delivered_at IS NULL
+      AND item.outbox_seq > deeper.outbox_seq
+    ORDER BY item.outbox_seq
+    LIMIT 1
+  ) following
+  WHERE following.next_attempt_at <= now()
+    AND (following.lease_expires_at IS NULL OR following.lease_expires_at <= now())
+), picked AS MATERIALIZED (
+  SELECT first_records.id, first_records.row_ctid, first_records.key_offset
+  FROM first_records
+  UNION ALL
+  (SELECT deeper.id, deeper.row_ctid, deeper.key_offset
+   FROM deeper
+   WHERE deeper.key_offset > %(per_key)s
+   LIMIT greatest(%(limit)s - (SELECT count(*) FROM first_records), 0))
 )
 UPDATE agentrun_kafka_event_outbox o
 SET attempt_count = o.attempt_count + 1,
     lease_owner = %(owner)s,
     lease_expires_at = clock_timestamp() + (%(lease_ms)s * interval '1 millisecond'),
     updated_at = clock_timestamp()
-FROM due
-WHERE o.id = due.id
-RETURNING o.*
+FROM picked
+WHERE o.ctid = picked.row_ctid
+  AND o.id = picked.id
+  AND o.delivered_at IS NULL
+  AND o.next_attempt_at <= now()
+  AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= now())
+RETURNING o.id, o.event_id, o.run_id, o.topic, o.partition_key, o.outbox_seq,
+          o.attempt_count, o.lease_owner, o.value, o.headers, picked.key_offset
 """
 
 
-def claim_due_records(*, owner: str, lease_ms: int, limit: int) -> list[KafkaEventOutbox]:
+def claim_due_records(*, owner: str, lease_ms: int, limit: int) -> list[ClaimedRecord]:
     """Lease the due prefix of each key to `owner`; returns the claims in `outbox_seq` order.
 
     Must run inside a short transaction of its own (the row locks are held until it
     commits). Each returned record's (id, lease_owner, attempt_count) is its fencing token.
     """
-    params = {"limit": max(1, min(limit, MAX_CLAIM)), "owner": owner, "lease_ms": lease_ms}
-    claimed = list(KafkaEventOutbox.objects.raw(_CLAIM_SQL, params))
-    return sorted(claimed, key=lambda record: record.outbox_seq)
+    limit = max(1, min(limit, MAX_CLAIM))
+    params: dict[str, Any] = {
+        "limit": limit,
+        "per_key": RECORDS_PER_KEY,
+        "owner": owner,
+        "lease_ms": lease_ms,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, params)
+        rows = sorted(cursor.fetchall(), key=lambda row: row[5])  # outbox_seq
+    # Plain records, not model instances: building 500 models costs more than the claim's
+    # SQL, and the relay only sends them. Django's connection reads jsonb as text, which is
+    # what goes to Kafka (`outbox.services.relay.message_of`), so only headers are decoded.
+    return [_claimed(row) for row in _prefixes_only(rows)]
+
+
+def _claimed(row: tuple[Any, ...]) -> ClaimedRecord:
+    return ClaimedRecord._make((*row[:9], json.loads(row[9])))
+
+
+def _prefixes_only(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The claimed rows (in `outbox_seq` order) up to the first gap in each key's offsets.
+    The claim's locks rule a gap out; should one ever appear, the rows after it are not
+    sent and come back when their lease lapses."""
+    expected: dict[tuple[str, str], int] = {}
+    kept = []
+    for row in rows:
+        key, offset = (row[3], row[4]), row[10]
+        if expected.get(key, 1) == offset:
+            expected[key] = offset + 1
+            kept.append(row)
+        else:
+            expected[key] = -1  # nothing more of this key
+    if len(kept) < len(rows):
+        logger.warning("outbox claim had a gap: %d leased records held back", len(rows) - len(kept))
+    return kept
+
+
+# Completion of acknowledged records (seed `completeKafkaEventOutbox`), for a whole batch.
+# `key_offset` numbers each key's acknowledged claims 1, 2, ... in `outbox_seq` order. A row
+# is completed only when its own token still holds (same owner and attempt, undelivered,
+# live lease) and so does every earlier claim of its key in the batch: the row number among
+# the live rows of the key must equal its offset. So a refused claim stops its key, and a
+# later record is never marked delivered before an earlier one. The live rows are locked
+# first, so a concurrent claim cannot take one between the check and the update, and the
+# locked version is updated by its ctid (it cannot move while locked): no second index
+# lookup per row.
+_COMPLETE_SQL = """
+WITH token AS (
+  SELECT * FROM jsonb_to_recordset(%(tokens)s::jsonb)
+    AS t(id text, lease_owner text, attempt_count int, key_no int, key_offset int)
+), live AS MATERIALIZED (
+  SELECT token.id, token.key_no, token.key_offset, o.ctid AS row_ctid
+  FROM token
+  JOIN agentrun_kafka_event_outbox o ON o.id = token.id
+  WHERE o.lease_owner = token.lease_owner
+    AND o.attempt_count = token.attempt_count
+    AND o.delivered_at IS NULL
+    AND o.lease_expires_at > statement_timestamp()
+  ORDER BY o.id
+  FOR UPDATE OF o
+), unbroken AS (
+  SELECT ranked.id, ranked.row_ctid
+  FROM (
+    SELECT live.id, live.row_ctid, live.key_offset,
+           row_number() OVER (PARTITION BY live.key_no ORDER BY live.key_offset) AS live_offset
+    FROM live
+  ) ranked
+  WHERE ranked.live_offset = ranked.key_offset
+)
+UPDATE agentrun_kafka_event_outbox o
+SET delivered_at = statement_timestamp(),
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    last_error = NULL,
+    updated_at = statement_timestamp()
+FROM unbroken
+WHERE o.ctid = unbroken.row_ctid
+  AND o.id = unbroken.id
+RETURNING o.id
+"""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One acknowledged claim to complete: `key_no` tells keys apart within the batch,
+    `key_offset` is the claim's place (from 1) among its key's acknowledged claims."""
+
+    claim: ClaimedRecord
+    key_no: int
+    key_offset: int
+
+
+def complete_claims(completions: list[Completion]) -> set[str]:
+    """Mark delivered every acknowledged claim whose token holds and whose key's earlier
+    claims in the batch hold too; returns the completed ids.
+
+    Must be called inside the settle transaction: it locks the live rows (`FOR UPDATE`, in
+    id order) until that transaction commits.
+    """
+    if not completions:
+        return set()
+    tokens = [
+        {
+            "id": c.claim.id,
+            "lease_owner": c.claim.lease_owner,
+            "attempt_count": c.claim.attempt_count,
+            "key_no": c.key_no,
+            "key_offset": c.key_offset,
+        }
+        for c in completions
+    ]
+    with connection.cursor() as cursor:
+        # One JSON text, not five arrays: the connection binds parameters client side, and
+        # quoting 2,500 array elements cost more than the statement.
+        cursor.execute(_COMPLETE_SQL, {"tokens": json.dumps(tokens)})
+        return {row[0] for row in cursor.fetchall()}
+
+
+# Back to retry (seed `retryKafkaEventOutbox`): each row fenced by its own token, given its
+# own error and its key's backoff. No row lock beyond the UPDATE's own: a refused row is
+# simply not matched.
+_RETRY_SQL = """
+UPDATE agentrun_kafka_event_outbox o
+SET lease_owner = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at = statement_timestamp() + (token.delay_ms * interval '1 millisecond'),
+    last_error = token.last_error,
+    updated_at = statement_timestamp()
+FROM jsonb_to_recordset(%(tokens)s::jsonb)
+  AS token(id text, lease_owner text, attempt_count int, delay_ms int, last_error jsonb)
+WHERE o.id = token.id
+  AND o.lease_owner = token.lease_owner
+  AND o.attempt_count = token.attempt_count
+  AND o.delivered_at IS NULL
+  AND o.lease_expires_at > statement_timestamp()
+RETURNING o.id
+"""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One claim to send back to retry after `delay_ms`, recording `last_error`."""
+
+    claim: ClaimedRecord
+    delay_ms: int
+    last_error: dict[str, Any]
+
+
+def retry_claims(retries: list[Retry]) -> set[str]:
+    """Release the claims whose token holds for a retry after their delay; returns their
+    ids. Must be called inside the settle transaction."""
+    if not retries:
+        return set()
+    tokens = [
+        {
+            "id": r.claim.id,
+            "lease_owner": r.claim.lease_owner,
+            "attempt_count": r.claim.attempt_count,
+            "delay_ms": r.delay_ms,
+            "last_error": r.last_error,
+        }
+        for r in retries
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_RETRY_SQL, {"tokens": json.dumps(tokens)})
+        return {row[0] for row in cursor.fetchall()}

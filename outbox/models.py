@@ -64,7 +64,8 @@ class KafkaEventOutbox(models.Model):
         #   ON (topic, partition_key, outbox_seq) WHERE delivered_at IS NULL,
         # is created by migration 0001 in SQL: Django caps `Index` names at 30 characters
         # and we keep the seed's name. The claim walks each key's undelivered rows in order
-        # through it, and the status reads only undelivered rows.
+        # through it, and the status reads only undelivered rows. Migration 0002 sets the
+        # table's fillfactor and autovacuum and drops the `LIKE` copies of the id indexes.
         indexes = [
             # Pruning deletes the oldest delivered rows first.
             models.Index(

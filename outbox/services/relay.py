@@ -4,12 +4,12 @@
    each partition key, leased to this batch's owner (`outbox.locks.claim_due_records`).
 2. Produce, with no transaction open, in `outbox_seq` order, and wait for every delivery
    report (`outbox.kafka.deliver`).
-3. Settle (one short transaction): per key in `outbox_seq` order, complete acknowledged
-   records, each fenced by (lease owner, attempt count, live lease). At the first failure,
-   that record and every later claimed record of its key go back to retry with one backoff
-   (doubling, capped, jittered) and the redacted error. A refused completion (the lease
-   expired; another worker may own the record now) stops its key: a later record is never
-   marked delivered before an earlier one.
+3. Settle (one short transaction, two set-based statements at most): per key in
+   `outbox_seq` order, complete acknowledged records, each fenced by (lease owner, attempt
+   count, live lease). At the first failure, that record and every later claimed record of
+   its key go back to retry with one backoff (doubling, capped, jittered) and the redacted
+   error. A refused completion (the lease expired; another worker may own the record now)
+   stops its key: a later record is never marked delivered before an earlier one.
 
 The guarantee is at-least-once, in order per key: a record whose outcome is unknown is sent
 again, and consumers dedupe by event id. Batches are safe on any number of workers at once.
@@ -27,34 +27,46 @@ import random
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
-from datetime import timedelta
 from itertools import groupby
-from typing import Any
 
+from confluent_kafka import Producer
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, transaction
-from django.db.models.functions import Now
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from agentrun.ids import new_id
 from agentrun.metrics import count_relay
 from agentrun.redaction import redact_json
-from outbox.cloudevents import encode_value
 from outbox.kafka import (
     DeliveryFailure,
     OutgoingMessage,
+    Sending,
     deliver,
     discard_producer,
     ensure_topics,
     outbox_enabled,
     outbox_topic,
+    send,
 )
-from outbox.locks import claim_due_records
-from outbox.models import KafkaEventOutbox
+from outbox.locks import (
+    ClaimedRecord,
+    Completion,
+    Retry,
+    claim_due_records,
+    complete_claims,
+    retry_claims,
+)
 
 logger = logging.getLogger("outbox.relay")
-Outcome = tuple[KafkaEventOutbox, DeliveryFailure | None]
+Outcome = tuple[ClaimedRecord, DeliveryFailure | None]
 
 
 @dataclass(frozen=True)
@@ -80,14 +92,22 @@ def relay_outbox_batch(*, limit: int | None = None, owner: str | None = None) ->
     if not outbox_enabled():
         return RelayResult()
     ensure_topics({outbox_topic()})
-    claims = claim_outbox_records(
+    claims = _claim(limit=limit, owner=owner)
+    if not claims:
+        return RelayResult()
+    outcomes = deliver([message_of(claim) for claim in claims])
+    return _settled(claims, outcomes)
+
+
+def _claim(*, limit: int | None = None, owner: str | None = None) -> list[ClaimedRecord]:
+    return claim_outbox_records(
         owner=owner or new_relay_owner(),
         limit=limit or int(settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE),
         lease_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS),
     )
-    if not claims:
-        return RelayResult()
-    outcomes = deliver([message_of(claim) for claim in claims])
+
+
+def _settled(claims: list[ClaimedRecord], outcomes: list[DeliveryFailure | None]) -> RelayResult:
     settled = settle_outbox_records(claims=claims, outcomes=outcomes)
     result = RelayResult(len(claims), settled.delivered, settled.retried, settled.refused)
     count_relay(result.as_dict())  # the settle has committed
@@ -99,26 +119,78 @@ def run_relay_loop(
 ) -> RelayResult:
     """Relay batch after batch until `stop` is set (`relay_outbox --loop`).
 
-    Sleeps only after a batch that found nothing; setting `stop` lets the running batch
-    finish and ends the loop. A lost database connection is logged and retried after the
-    idle sleep (records a failed batch had claimed come back when their lease lapses).
-    Returns the totals.
+    Two batches deep: while one batch's delivery reports come in and it is settled, on a
+    second thread with its own database connection, the next batch is claimed and
+    produced. That keeps per-key order: a claim never takes a key whose head is leased, so
+    the next batch holds other keys than the one in flight, or the next records of a key
+    whose earlier ones were settled first. Sleeps only when a claim found nothing and no
+    batch was in flight; setting `stop` lets the batches under way finish and ends the
+    loop. A lost database connection is logged and retried after the idle sleep (records a
+    failed batch had claimed come back when their lease lapses). Returns the totals.
     """
     totals = RelayResult()
+    settler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-settle")
+    in_flight: Future[_Settling] | None = None
     try:
         while not stop.is_set():
-            try:
-                result = relay_outbox_batch(limit=limit)
-            except (OperationalError, InterfaceError) as error:
-                logger.warning("outbox relay batch failed on the database: %s", error)
-                close_old_connections()
-                result = RelayResult()
-            totals += result
-            if result.claimed == 0:
+            batch = _claim_and_send(limit)
+            was_busy = in_flight is not None
+            totals += _finish(in_flight)
+            in_flight = settler.submit(_await_and_settle, *batch) if batch else None
+            if batch is None and not was_busy:
                 stop.wait(idle_seconds)
+        totals += _finish(in_flight)
     finally:
+        settler.submit(_close_connection).result()
+        settler.shutdown()
         discard_producer()  # nothing is in flight between batches; free the connections
     return totals
+
+
+_Settling = tuple[RelayResult, Producer | None]  # and the producer to drop after a failure
+
+
+def _claim_and_send(limit: int | None) -> tuple[list[ClaimedRecord], Sending] | None:
+    """Claim a batch and queue its messages (their reports come later); None when nothing
+    was claimed, or the claim failed on the database."""
+    if not outbox_enabled():
+        return None
+    ensure_topics({outbox_topic()})
+    try:
+        claims = _claim(limit=limit)
+    except (OperationalError, InterfaceError) as error:
+        logger.warning("outbox relay claim failed on the database: %s", error)
+        close_old_connections()
+        return None
+    return (claims, send([message_of(claim) for claim in claims])) if claims else None
+
+
+def _await_and_settle(claims: list[ClaimedRecord], sending: Sending) -> _Settling:
+    """On the settle thread: wait for the batch's reports, then settle it."""
+    outcomes = sending.wait()
+    failed = sending.producer if any(o is not None for o in outcomes) else None
+    try:
+        return _settled(claims, outcomes), failed
+    except (OperationalError, InterfaceError) as error:
+        logger.warning("outbox relay settle failed on the database: %s", error)
+        close_old_connections()
+        return RelayResult(claimed=len(claims)), failed
+
+
+def _finish(in_flight: Future[_Settling] | None) -> RelayResult:
+    """The settled batch's counts; a producer that failed is dropped (on this thread,
+    which owns it) so the next batch starts on a fresh producer id."""
+    if in_flight is None:
+        return RelayResult()
+    result, failed = in_flight.result()
+    if failed is not None:
+        discard_producer(only=failed)
+    return result
+
+
+def _close_connection() -> None:
+    """Close this thread's database connection (the settle thread's, at the end)."""
+    connection.close()
 
 
 def new_relay_owner() -> str:
@@ -126,7 +198,7 @@ def new_relay_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{new_id('relay')}"
 
 
-def claim_outbox_records(*, owner: str, limit: int, lease_ms: int) -> list[KafkaEventOutbox]:
+def claim_outbox_records(*, owner: str, limit: int, lease_ms: int) -> list[ClaimedRecord]:
     """Step 1: lease the due prefix of each key to `owner`, committed before returning.
 
     Locks: `FOR UPDATE SKIP LOCKED` on the claimed rows until this transaction commits.
@@ -135,11 +207,14 @@ def claim_outbox_records(*, owner: str, limit: int, lease_ms: int) -> list[Kafka
         return claim_due_records(owner=owner, lease_ms=lease_ms, limit=limit)
 
 
-def message_of(record: KafkaEventOutbox) -> OutgoingMessage:
-    headers: list[tuple[str, str | bytes | None]] = [
-        (str(name), str(value).encode()) for name, value in record.headers.items()
-    ]
-    return OutgoingMessage(record.topic, record.partition_key, encode_value(record.value), headers)
+def message_of(record: ClaimedRecord) -> OutgoingMessage:
+    """The Kafka message of a claim. Its value is the stored envelope as PostgreSQL prints
+    jsonb (UTF-8, `", "` and `": "` separators): no decode and re-encode per record, and
+    numbers keep the exact digits they were stored with. Headers go as stored (string
+    values, sent as UTF-8; a value of another type fails that message, see `_produce`)."""
+    return OutgoingMessage(
+        record.topic, record.partition_key, record.value.encode(), record.headers
+    )
 
 
 @dataclass(frozen=True)
@@ -148,32 +223,36 @@ class Settled:
     retried: int = 0
     refused: int = 0
 
-    def __add__(self, other: Settled) -> Settled:
-        return Settled(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
 
 def settle_outbox_records(
-    *, claims: list[KafkaEventOutbox], outcomes: list[DeliveryFailure | None]
+    *, claims: list[ClaimedRecord], outcomes: list[DeliveryFailure | None]
 ) -> Settled:
     """Step 3: record each claim's outcome; `outcomes[i]` is None when Kafka acked it.
 
-    One transaction. Every update is a compare-and-set on the claim, so a stale claim (an
-    expired lease, a record another worker reclaimed, a dead worker's late report) changes
-    nothing and is counted as refused. The acknowledged prefix of every key is completed
-    in one statement when the whole claim is still live (the usual case), else record by
-    record in key order, stopping each key at its first refusal.
+    One transaction of at most two statements, whatever the batch size: every key's
+    acknowledged prefix is completed in one fenced `UPDATE`, then, for each key whose
+    prefix was completed whole, the first failure and every later claim of the key go back
+    to retry in a second one. Every row is a compare-and-set on its own claim, so a stale
+    claim (an expired lease, a record another worker reclaimed, a dead worker's late
+    report) changes nothing and is counted as refused; a refusal stops its key (the later
+    claims of the key are neither completed nor retried: their lease lapses).
+
+    Locks: the live claimed rows, until commit (`outbox.locks.complete_claims`).
     """
     keys = list(_by_key(list(zip(claims, outcomes, strict=True))))
-    acked = [claim for items in keys for claim in _acked_prefix(items)]
+    completions = [
+        Completion(claim, key_no, offset)
+        for key_no, items in enumerate(keys)
+        for offset, claim in enumerate(_acked_prefix(items), start=1)
+    ]
     with transaction.atomic():
-        if _complete_all(acked):
-            settled = Settled(delivered=len(acked))
-            for items in keys:
-                settled += _retry_from_first_failure(items)
-        else:
-            settled = Settled()
-            for items in keys:
-                settled += _settle_key(items)
+        completed = complete_claims(completions)
+        retried = retry_claims([r for items in keys for r in _retries_of(items, completed)])
+    settled = Settled(
+        delivered=len(completed),
+        retried=len(retried),
+        refused=len(claims) - len(completed) - len(retried),
+    )
     if settled.retried or settled.refused:
         logger.warning("outbox relay batch settled with problems: %s", settled)
     return settled
@@ -186,7 +265,7 @@ def _by_key(outcomes: list[Outcome]) -> Iterator[list[Outcome]]:
         yield list(items)
 
 
-def _acked_prefix(items: list[Outcome]) -> list[KafkaEventOutbox]:
+def _acked_prefix(items: list[Outcome]) -> list[ClaimedRecord]:
     """A key's claims up to (not including) its first failure."""
     prefix = []
     for claim, failure in items:
@@ -196,101 +275,24 @@ def _acked_prefix(items: list[Outcome]) -> list[KafkaEventOutbox]:
     return prefix
 
 
-class _StaleClaim(Exception):
-    pass
-
-
-def _complete_all(claims: list[KafkaEventOutbox]) -> bool:
-    """Complete every claim, or none: one fenced UPDATE per (owner, attempt count) inside a
-    savepoint that is rolled back unless every claim was accepted."""
-    by_token = sorted(claims, key=lambda c: (c.lease_owner or "", c.attempt_count))
-    try:
-        with transaction.atomic():
-            done = 0
-            for (owner, attempts), group in groupby(
-                by_token, key=lambda c: (c.lease_owner, c.attempt_count)
-            ):
-                done += _complete_filter(
-                    pk__in=[claim.id for claim in group], lease_owner=owner, attempt_count=attempts
-                )
-            if done != len(claims):
-                raise _StaleClaim
-    except _StaleClaim:
-        return False
-    return True
-
-
-def _retry_from_first_failure(items: list[Outcome]) -> Settled:
-    for index, (_, failure) in enumerate(items):
-        if failure is not None:
-            return _retry_rest(items[index:], failure)
-    return Settled()
-
-
-def _settle_key(items: list[Outcome]) -> Settled:
-    """Complete one key's acknowledged prefix record by record; retry from its first
-    failure on. A refused completion leaves the rest of the key alone (leases lapse)."""
-    for index, (claim, failure) in enumerate(items):
-        if failure is not None:
-            return Settled(delivered=index) + _retry_rest(items[index:], failure)
-        if not _complete(claim):
-            return Settled(delivered=index, refused=len(items) - index)
-    return Settled(delivered=len(items))
-
-
-def _fenced(claim: KafkaEventOutbox) -> Any:
-    """The claim's compare-and-set filter: undelivered, same owner and attempt, live lease."""
-    return KafkaEventOutbox.objects.filter(
-        pk=claim.id,
-        delivered_at__isnull=True,
-        lease_owner=claim.lease_owner,
-        attempt_count=claim.attempt_count,
-        lease_expires_at__gt=Now(),
-    )
-
-
-def _complete(claim: KafkaEventOutbox) -> bool:
-    """Mark one claimed record delivered (seed `completeKafkaEventOutbox`)."""
-    return bool(
-        _complete_filter(
-            pk=claim.id, lease_owner=claim.lease_owner, attempt_count=claim.attempt_count
-        )
-    )
-
-
-def _complete_filter(**fence: Any) -> int:
-    """Mark delivered the undelivered records matching `fence` whose lease is live."""
-    return KafkaEventOutbox.objects.filter(
-        delivered_at__isnull=True, lease_expires_at__gt=Now(), **fence
-    ).update(
-        delivered_at=Now(),
-        lease_owner=None,
-        lease_expires_at=None,
-        last_error=None,
-        updated_at=Now(),
-    )
-
-
-def _retry_rest(items: list[Outcome], failure: DeliveryFailure) -> Settled:
-    """Send a failed record and every later one of its key back to retry, with one backoff
-    (seed `retryKafkaEventOutbox`); a later record without its own failure is recorded as
-    blocked by the first."""
-    head = items[0][0]
-    next_attempt_at = Now() + timedelta(milliseconds=backoff_ms(head.attempt_count))
-    retried = 0
-    for claim, own in items:
+def _retries_of(items: list[Outcome], completed: set[str]) -> list[Retry]:
+    """A key's claims from its first failure on, when every claim before it was completed
+    (seed `retryKafkaEventOutbox`): one backoff for the key, from its failed head's
+    attempt; a later claim without its own failure is recorded as blocked by the head."""
+    first = next((i for i, (_, failure) in enumerate(items) if failure is not None), None)
+    if first is None or any(claim.id not in completed for claim, _ in items[:first]):
+        return []
+    head, failure = items[first]
+    assert failure is not None
+    delay = backoff_ms(head.attempt_count)
+    at = timezone.now().isoformat()
+    retries = []
+    for claim, own in items[first:]:
         error = (own or failure).as_json() | {"attempt": claim.attempt_count}
         if own is None:
             error |= {"code": "_BLOCKED", "blocked_by": head.id, "cause": failure.code}
-        error["at"] = timezone.now().isoformat()
-        retried += _fenced(claim).update(
-            lease_owner=None,
-            lease_expires_at=None,
-            next_attempt_at=next_attempt_at,
-            last_error=redact_json(error),
-            updated_at=Now(),
-        )
-    return Settled(retried=retried, refused=len(items) - retried)
+        retries.append(Retry(claim, delay, redact_json(error | {"at": at})))
+    return retries
 
 
 def backoff_ms(attempt_count: int) -> int:

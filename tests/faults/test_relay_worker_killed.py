@@ -9,12 +9,13 @@ every key's events arrive in order.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from tests.faults.harness import REDIS_OUTBOX, celery_worker, purge, send_task, wait_for
+from tests.faults.harness import REDIS_OUTBOX, Proc, celery_worker, purge, send_task, wait_for
 from tests.faults.invariants import assert_invariants
 from tests.faults.outbox_load import (
     drain,
@@ -30,6 +31,25 @@ from tests.support.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 EVENTS = 2_000
+
+
+def _kill_inside_a_batch(worker: Proc) -> None:
+    """SIGKILL the worker while it holds a claim, after it delivered a few batches. It is
+    stopped (SIGSTOP) first and its claim checked, so the kill cannot land just after the
+    batch settled."""
+    for _ in range(50):
+        wait_for(
+            lambda: undelivered() < EVENTS - 200 and leased_by_pid(worker.pid),
+            60,
+            "the worker to be inside a batch after delivering a few",
+            0.002,
+        )
+        worker.signal(signal.SIGSTOP)
+        if leased_by_pid(worker.pid):
+            worker.kill()
+            return
+        worker.signal(signal.SIGCONT)
+    raise AssertionError("never caught the worker inside a batch")
 
 
 def test_worker_killed_mid_relay_batch(
@@ -49,13 +69,7 @@ def test_worker_killed_mid_relay_batch(
             "relay-a", queues="outbox", broker=REDIS_OUTBOX, data_dir=tmp_path, **env
         ) as first:
             kick()  # a full batch chains the next one
-            wait_for(
-                lambda: undelivered() < EVENTS - 200 and leased_by_pid(first.pid),
-                60,
-                "the worker to be inside a batch after delivering a few",
-                0.002,
-            )
-            first.kill()
+            _kill_inside_a_batch(first)
         in_flight, left = leased_by_pid(first.pid), undelivered()
         print(f"\nrelay killed holding a claim of {in_flight} records; {left} undelivered")
         assert in_flight > 0, "the kill did not land inside a batch"

@@ -135,3 +135,38 @@ def test_a_failed_record_retries_with_every_later_record_of_its_key_only(
         assert reader.wait_for(set(records)) == set()
         unique, duplicates = order_report(reader.received)
     assert (unique, duplicates) == (len(records), 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_relay_loop_overlapping_its_batches_keeps_key_order_and_retries_one_failed_key(
+    outbox_topic: str, kafka_broker: KafkaBroker, settings: SettingsWrapper
+) -> None:
+    settings.AGENTRUN_KAFKA_MESSAGE_MAX_BYTES = 20_000
+    settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE = (
+        40  # many batches, each settled while the next goes out
+    )
+    runs = [claimed_run() for _ in range(30)]
+    for run in runs:
+        append_logs(run, 20)
+    blocked = runs[7]
+    append_runner_events(
+        run_id=blocked.id,
+        runner_id=RUNNER,
+        lease_epoch=blocked.lease_epoch,
+        events=[NewEvent("tool_output", {"output": "x" * 30_000})],
+    )
+    append_logs(blocked, 3, start=20)
+
+    with KafkaReader(kafka_broker.bootstrap_servers, outbox_topic) as reader:
+        with relay_workers(1) as relayed:
+            # Everything but the oversized record and the three behind it.
+            assert wait_for_backlog(4, timeout=60) == 4
+            waiting = KafkaEventOutbox.objects.filter(delivered_at__isnull=True)
+            assert {r.run_id for r in waiting} == {blocked.id}
+            settings.AGENTRUN_KAFKA_MESSAGE_MAX_BYTES = 4 * 1024 * 1024  # the operator's fix
+            assert wait_for_backlog(0, timeout=60) == 0
+        expected = set(Event.objects.values_list("id", flat=True))
+        assert reader.wait_for(expected) == set()
+        unique, _ = order_report(reader.received)
+    assert unique == len(expected)
+    assert relayed[0].retried >= 4 and relayed[0].delivered == len(expected)

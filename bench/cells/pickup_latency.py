@@ -202,7 +202,7 @@ def run(scale: Scale) -> CellReport:
                     )
                 )
         report.outcomes += _shared_refs(figures, scale.heavy_reps)
-    rate, seconds = 50, scale.pick(1.0, 6.0)
+    rate, seconds = 50, scale.pick(1.0, 4.0)
     report.outcomes += _shared_refs(
         [
             Figure(

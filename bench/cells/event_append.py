@@ -249,7 +249,7 @@ def outbox_sample(*, enabled: bool, writers: int, seconds: float) -> Callable[[]
 
 
 def figures(scale: Scale) -> list[Figure]:
-    seconds = scale.pick(0.4, 2.0)
+    seconds = scale.pick(0.3, 2.0)
     out = []
     for writers in (8, 32):
         out.append(

@@ -330,11 +330,7 @@ def complete_claims(completions: list[Completion]) -> set[str]:
         }
         for c in completions
     ]
-    with connection.cursor() as cursor:
-        # One JSON text, not five arrays: the connection binds parameters client side, and
-        # quoting 2,500 array elements cost more than the statement.
-        cursor.execute(_COMPLETE_SQL, {"tokens": json.dumps(tokens)})
-        return {row[0] for row in cursor.fetchall()}
+    return _update_by_tokens(_COMPLETE_SQL, tokens)
 
 
 # Back to retry (seed `retryKafkaEventOutbox`): each row fenced by its own token, given its
@@ -382,6 +378,13 @@ def retry_claims(retries: list[Retry]) -> set[str]:
         }
         for r in retries
     ]
+    return _update_by_tokens(_RETRY_SQL, tokens)
+
+
+def _update_by_tokens(sql: str, tokens: list[dict[str, Any]]) -> set[str]:
+    """Run a settle UPDATE over its claims' tokens; the ids it changed."""
     with connection.cursor() as cursor:
-        cursor.execute(_RETRY_SQL, {"tokens": json.dumps(tokens)})
+        # One JSON text, not one array per field: the connection binds parameters client
+        # side, and quoting thousands of array elements cost more than the statement.
+        cursor.execute(sql, {"tokens": json.dumps(tokens)})
         return {row[0] for row in cursor.fetchall()}

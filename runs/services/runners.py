@@ -94,10 +94,11 @@ def save_runner_job(
     with transaction.atomic():
         run = lock_run(run_id)
         item = NewRunnerJob(run, spec, idempotency_key)
+        existing = _existing_jobs([item])
         # A replay is answered from its key (409 if it differs) before the command is checked.
-        if not _existing_jobs([item]) and not run.commands.filter(pk=spec.command_id).exists():
+        if not existing and not run.commands.filter(pk=spec.command_id).exists():
             raise not_found("command", spec.command_id)
-        return save_runner_jobs_locked(jobs=[item])[0]
+        return _save_locked([item], existing)[0]
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,12 @@ def save_runner_jobs_locked(*, jobs: list[NewRunnerJob]) -> list[SavedRunnerJob]
     be its run's (the dispatcher has locked both). Errors: 409 when an idempotency key was
     used with a different job (nothing of the batch is written: the caller rolls back).
     """
-    existing = _existing_jobs(jobs)
+    return _save_locked(jobs, _existing_jobs(jobs))
+
+
+def _save_locked(
+    jobs: list[NewRunnerJob], existing: dict[tuple[str, str | None], RunnerJob]
+) -> list[SavedRunnerJob]:
     now = timezone.now()
     saved: list[SavedRunnerJob] = []
     for item in jobs:

@@ -10,6 +10,9 @@ a parent's children, and a paginator that never counts a big table.
 - `EstimatedCountPaginator`: the changelist's count without `COUNT(*)` over the table —
   PostgreSQL's row estimate when the list is unfiltered, else a count of at most `cap`
   rows (a `LIMIT`ed subquery). Paired with `show_full_result_count = False`.
+- `ReadOnlyAdmin` / `BigTableAdmin`: the base of every app's screens. The store owns the
+  state and the services write it, so a screen changes nothing; a big table (events,
+  outbox, runs) also never counts itself.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Model, QuerySet
+from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
@@ -112,3 +117,23 @@ def _estimated_rows(model: type[Model]) -> int:
         )
         row = cursor.fetchone()
     return int(row[0]) if row and row[0] is not None else -1
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Shows everything, changes nothing: writes go through the services."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class BigTableAdmin(ReadOnlyAdmin):
+    """A read-only table that grows with traffic: no full count, ever."""
+
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator

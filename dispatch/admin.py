@@ -13,10 +13,9 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
-from agentrun.admin_console import changelist_link, link, links
+from agentrun.admin_console import BigTableAdmin, changelist_link, link, links
 from dispatch.models import RunnerDispatchIntent
 from dispatch.services.retry_now import retry_intent_now
-from runs.admin import BigTableAdmin
 
 
 def _retry_now(request: HttpRequest, intent: RunnerDispatchIntent, reason: str) -> Outcome:

@@ -18,10 +18,9 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, service_action
-from agentrun.admin_console import link, links
+from agentrun.admin_console import BigTableAdmin, link, links
 from outbox.models import KafkaEventOutbox, OutboxState
 from outbox.services.release import release_outbox_record
-from runs.admin import BigTableAdmin
 from runs.models import Event
 
 

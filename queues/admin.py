@@ -21,10 +21,9 @@ from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
-from agentrun.admin_console import link, links
+from agentrun.admin_console import BigTableAdmin, link, links
 from queues.models import QueueAttempt, QueueTask
 from queues.services.tasks import cancel_task
-from runs.admin import BigTableAdmin
 
 ATTEMPT_COLUMNS = ("retry_index", "attempt_id", "state", "run_id", "failure_kind", "reason")
 

@@ -20,7 +20,8 @@ from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
 from agentrun.admin_console import (
-    EstimatedCountPaginator,
+    BigTableAdmin,
+    ReadOnlyAdmin,
     changelist_link,
     link,
     links,
@@ -32,26 +33,6 @@ from runs.models import Backend, CancelRequest, Command, Event, Lease, Run, Runn
 from runs.services.cancel import cancel_run
 
 RECENT = 50
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Shows everything, changes nothing: writes go through the services."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class BigTableAdmin(ReadOnlyAdmin):
-    """A read-only table that grows with traffic: no full count, ever."""
-
-    show_full_result_count = False
-    paginator = EstimatedCountPaginator
 
 
 def _cancel(request: HttpRequest, run: Run, reason: str) -> Outcome:

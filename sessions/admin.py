@@ -17,8 +17,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
-from agentrun.admin_console import changelist_link, link, links
-from runs.admin import BigTableAdmin
+from agentrun.admin_console import BigTableAdmin, changelist_link, link, links
 from sessions.models import Session, StorageKind
 from sessions.services.lifecycle import mark_session_read, mark_session_storage_evicted
 from sessions.services.steering import cancel_session

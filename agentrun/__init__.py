@@ -1,8 +1,11 @@
 """agentrun: the durable control plane for coding-agent runs.
 
 The project package holds settings, URLs, the Celery app and the cross-cutting helpers
-(locks, ids, hashing, redaction, errors, auth, pagination) that every app reuses. It is
-also a Django app of its own: it owns the API key model and `create_api_key`.
+(locks, ids, hashing, redaction, errors, auth, pagination, metrics counters, the admin base
+classes) that every app reuses. It is also a Django app of its own: it owns the API key
+model and `create_api_key`. It is the foundation, so it imports no app (not even inside a
+function): the URLconf and Celery reach the apps by dotted name, and the operations console
+that composes them all is `ops`. `tests/test_layers.py` holds it to that.
 """
 
 from agentrun.celery import app as celery_app

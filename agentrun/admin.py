@@ -1,9 +1,6 @@
 from django.contrib import admin
 
-from agentrun.admin_site import install_index_link
 from agentrun.models import ApiKey
-
-install_index_link()  # the admin index links to the status dashboard
 
 
 @admin.register(ApiKey)

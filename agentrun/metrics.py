@@ -1,4 +1,4 @@
-"""Prometheus metrics at `/metrics`: what operators graph and alert on.
+"""Prometheus counters and the route-latency middleware: what each process counts.
 
 - Counters: events appended (by type), dispatch intents by outcome (claimed, dispatched,
   retried, failed, waiting, fenced), outbox records by outcome (delivered, retried,
@@ -8,8 +8,10 @@
   resolved pattern, never the raw path: an id in a label would make a series per object
   and name other tenants' objects).
 - `agentrun_long_poll_waiters`: event long-polls waiting right now.
-- Backlog gauges, read from the database at scrape time by `BacklogCollector` from the same
-  facts as `agentrun_status` (`agentrun.status`).
+
+This module is foundation: the services of every app count through it, so it imports no
+app. The `/metrics` view and the backlog gauges, which read every app's tables at scrape
+time, are `ops.metrics`.
 
 `/metrics` needs no API key, so no label carries a tenant, project, queue name or object id:
 counts only. Counters live in the process that did the work; set `PROMETHEUS_MULTIPROC_DIR`
@@ -18,27 +20,14 @@ counts only. Counters live in the process that did the work; set `PROMETHEUS_MUL
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-)
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
 _REGEX_GROUP = re.compile(r"\(\?P<(\w+)>[^)]*\)")
@@ -99,94 +88,6 @@ def _count(counter: Counter, outcomes: Mapping[str, int]) -> None:
     for label, value in outcomes.items():
         if value:
             counter.labels(label).inc(value)
-
-
-class BacklogCollector(Collector):
-    """Reads the backlogs from the database at scrape time (`agentrun.status`)."""
-
-    def describe(self) -> list[GaugeMetricFamily]:
-        return []  # nothing to read at registration; the database is only read on scrape
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        from agentrun.status import collect_status  # the selectors import the services
-
-        status = collect_status(items=0)
-        yield from _backlog_families(status)
-
-
-def _family(name: str, doc: str, values: Mapping[str, Any], label: str) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=[label])
-    for key, value in sorted(values.items()):
-        family.add_metric([key], float(value or 0))
-    return family
-
-
-def _gauge(name: str, doc: str, value: Any) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, value=float(value or 0))
-
-
-def _backlog_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
-    dispatch, outbox, queue = status["dispatch"], status["outbox"], status["queue"]
-    intents = {state: dispatch[f"{state}_count"] for state in ("pending", "retry", "dispatching")}
-    yield _family("agentrun_dispatch_open_intents", "Open intents by state.", intents, "state")
-    yield _gauge("agentrun_dispatch_due_intents", "Intents due now.", dispatch["due_count"])
-    yield _gauge(
-        "agentrun_dispatch_oldest_open_age_seconds",
-        "Age of the oldest open intent.",
-        dispatch["oldest_pending_age_seconds"],
-    )
-    yield _gauge("agentrun_outbox_backlog", "Undelivered outbox records.", outbox["backlog"])
-    yield _gauge(
-        "agentrun_outbox_retrying", "Undelivered records tried before.", outbox["retrying"]
-    )
-    yield _gauge(
-        "agentrun_outbox_oldest_pending_age_seconds",
-        "Age of the oldest undelivered record.",
-        outbox["oldest_pending_age_seconds"],
-    )
-    yield _family("agentrun_queue_tasks", "Queue tasks by state.", queue["by_state"], "state")
-    yield _gauge(
-        "agentrun_queue_oldest_pending_age_seconds",
-        "Age of the oldest pending task.",
-        queue["oldest_pending_age_seconds"],
-    )
-    yield from _run_families(status)
-
-
-def _run_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
-    runs = status["runs"]
-    yield _family("agentrun_runs_live", "Live runs by status.", runs["live"], "status")
-    yield _gauge(
-        "agentrun_runs_expired_leases", "Live runs whose lease expired.", runs["expired_leases"]
-    )
-    yield _gauge(
-        "agentrun_sessions_running", "Sessions with a running turn.", status["sessions"]["running"]
-    )
-    yield _gauge(
-        "agentrun_runners_stale",
-        "Runners of live runs whose heartbeat is stale.",
-        status["runners"]["stale_count"],
-    )
-
-
-REGISTRY.register(BacklogCollector())
-
-
-def scrape_registry() -> CollectorRegistry:
-    """This process's metrics, or with `PROMETHEUS_MULTIPROC_DIR` every process's of the
-    host; both with the backlog gauges."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return REGISTRY
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    registry.register(BacklogCollector())
-    return registry
-
-
-@require_GET
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    """`GET /metrics`: Prometheus text format. No API key: counts only, no tenant data."""
-    return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
 
 
 class RouteLatencyMiddleware:

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "queues",
     "dispatch",
     "outbox",
+    "ops",  # the operations console, on top of every app
 ]
 
 MIDDLEWARE = [

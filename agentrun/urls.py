@@ -1,17 +1,19 @@
-"""URL configuration: admin (and its status dashboard), health, metrics, the v1 API and its
-OpenAPI document."""
+"""URL configuration: admin, health, the v1 API and its OpenAPI document, and the operations
+console (the status dashboard and `/metrics`).
+
+Every app is reached by a dotted string (`include("ops.urls")`), never an import: the
+project package is the foundation and imports no app.
+"""
 
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from agentrun import health, metrics
-from agentrun.admin_site import dashboard_urls
+from agentrun import health
 
 urlpatterns = [
-    *dashboard_urls(),  # /admin/status/, before the admin's own catch-all
+    path("", include("ops.urls")),  # /admin/status/ and /metrics, before the admin's catch-all
     path("admin/", admin.site.urls),
-    path("metrics", metrics.metrics_view, name="metrics"),  # no key: counts only
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),

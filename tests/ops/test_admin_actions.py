@@ -15,7 +15,7 @@ from queues.models import QueueTask
 from runs.models import CancelRequest, Event, Run
 from sessions.models import Session, SessionReadCursor
 from sessions.services.lifecycle import StorageFacts, refresh_session_storage
-from tests.operator.world import World, build_world
+from tests.ops.world import World, build_world
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from agentrun.doctor import checks, repairs
-from agentrun.doctor.checks import Finding
 from agentrun.errors import AgentRunError
+from ops.doctor import checks, repairs
+from ops.doctor.checks import Finding
 
 __all__ = ["Finding", "Repair", "diagnose", "repair"]
 

@@ -1,6 +1,6 @@
 """`manage.py agentrun_status [--json] [--items N] [--stale-after SECONDS]`: backlogs and
 oldest items of dispatch, outbox and queue; runs by status; running sessions; runners of
-live runs with stale heartbeats. The same facts as the admin dashboard (`agentrun.status`).
+live runs with stale heartbeats. The same facts as the admin dashboard (`ops.status`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from agentrun.status import collect_status, status_json, status_text
+from ops.status import collect_status, status_json, status_text
 
 
 class Command(BaseCommand):

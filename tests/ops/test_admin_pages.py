@@ -12,7 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from tests.operator.world import World, build_world
+from tests.ops.world import World, build_world
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,5 @@
-"""Celery tasks of the project package (autodiscovered like each app's `tasks.py`)."""
+"""The operations console's Celery task: the doctor's report (autodiscovered like each
+app's `tasks.py`; its name keeps the `agentrun.` prefix it was scheduled and routed by)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from collections import Counter
 
 from celery import shared_task
 
-from agentrun.doctor import diagnose
+from ops.doctor import diagnose
 
+# The logger keeps the name it had before ops existed: log filters and alerts select on it.
 log = logging.getLogger("agentrun.doctor")
 
 

@@ -23,7 +23,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from tests.operator.world import build_world, stale_runner
+from tests.ops.world import build_world, stale_runner
 
 OUTPUT = Path(__file__).resolve().parents[1] / "output"
 FLAGS = [

@@ -21,7 +21,7 @@ from runs.models import Event
 from runs.waiting import wait_for_event
 from tests.builders import key_client, make_claimed_run
 from tests.dispatch.helpers import FailingLauncher, RecordingLauncher, make_dispatch_command
-from tests.operator.world import append_logs
+from tests.ops.world import append_logs
 from tests.outbox.builders import use_outbox
 from tests.support.kafka_broker import KafkaBroker, kafka_broker  # noqa: F401  (fixture)
 

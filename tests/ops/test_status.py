@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from tests.operator.world import RUNNER, World, build_world, stale_runner
+from tests.ops.world import RUNNER, World, build_world, stale_runner
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,5 +1,5 @@
 """`manage.py agentrun_doctor [--fix] [--json] [--limit N]`: find impossible states and,
-with `--fix`, repair each through its service (`agentrun.doctor`). Idempotent: after a
+with `--fix`, repair each through its service (`ops.doctor`). Idempotent: after a
 `--fix`, a second run reports nothing. Without `--fix` it only reads.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from agentrun.doctor import diagnose, repair
+from ops.doctor import diagnose, repair
 
 
 class Command(BaseCommand):

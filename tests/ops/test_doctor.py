@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from agentrun.tasks import doctor_report
 from dispatch.models import RunnerDispatchIntent
+from ops.tasks import doctor_report
 from outbox.models import KafkaEventOutbox
 from queues.models import QueueAttempt, QueueTask
 from runs.models import Lease, Run
@@ -21,7 +21,7 @@ from runs.services.cancel import cancel_run
 from sessions.models import Session
 from tests.builders import make_claimed_run
 from tests.dispatch.helpers import make_dispatch_command
-from tests.operator.world import append_logs
+from tests.ops.world import append_logs
 from tests.queues.helpers import file_task, finish, run_of, schedule
 from tests.sessions.helpers import admit
 from tests.sessions.world import idle_session

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from tests.operator.world import quiet_settings
+from tests.ops.world import quiet_settings
 
 
 @pytest.fixture(autouse=True)

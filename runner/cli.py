@@ -34,7 +34,8 @@ SESSION_ACTIONS = {
 
 
 class UsageError(Exception):
-    """The command cannot start: a required setting is missing."""
+    """Exit 1 with a message: a required setting is missing, or (for the session actions)
+    the API refused the request or could not be reached."""
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

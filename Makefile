@@ -12,7 +12,13 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-venv: $(VENV)/.installed
+# The project itself, editable: the `agentrun` console script (the runner and the terminal
+# client, runner/cli.py) runs this checkout's code.
+$(VENV)/.runner-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+venv: $(VENV)/.runner-installed
 
 run: venv
 	$(PY) manage.py up

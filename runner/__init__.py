@@ -1,6 +1,8 @@
 """The reference runner: executes one run's commands on an agent backend.
 
-It is a client of the agentrun API and nothing else (no database, no Django models), so
-it can run as a local subprocess, a Kubernetes Job or on a laptop. `manage.py runner`
-is a thin entry point; `runner.loop.Runner` is the program.
+It is a client of the agentrun API and nothing else (no database, no Django, no server
+package), so it can run as a local subprocess, a Kubernetes Job or on a laptop. It is
+started as `python -m runner run --run RUN_ID` (installed: `agentrun run ...`), which is
+`runner.cli`; `runner.loop.Runner` is the program, and `runner.terminal` the terminal
+client (`agentrun turn|steer|cancel|tail`). `manage.py runner` is a shim for old scripts.
 """

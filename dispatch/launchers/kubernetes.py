@@ -6,7 +6,8 @@ names it. The Job name comes from the intent's planned runner job id, so it is s
 across attempts and a launch is idempotent by name: a 409 on create means an earlier
 attempt already created it, which is recorded as outcome `existing`. The run-scoped
 runner key goes into a Secret of the same name, referenced from the pod's environment,
-so it never appears in the Job spec.
+so it never appears in the Job spec. The container runs `python -m runner run --run ID`,
+which loads no Django, so a runner pod needs no database and no server settings.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def job_manifest(request: LaunchRequest, *, name: str, namespace: str) -> dict[s
     container = {
         "name": "runner",
         "image": options.get("image") or settings.AGENTRUN_RUNNER_IMAGE,
-        "args": ["python", "manage.py", "runner", "--run", request.run_id],
+        # The runner alone (no Django, no database): the image needs only `pip install .`.
+        "args": ["python", "-m", "runner", "run", "--run", request.run_id],
         "env": env,
     }
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}

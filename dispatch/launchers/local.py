@@ -1,11 +1,15 @@
 """The `local` launcher: the reference runner as a subprocess on this machine.
 
-It starts `python manage.py runner --run RUN_ID` (or `AGENTRUN_LOCAL_RUNNER_COMMAND`, a
-command line in which `{run_id}`, `{python}` and `{manage_py}` are replaced) in its own
-session and process group, so a worker's exit or Ctrl-C does not take the runner with it
-and `abort` can stop the whole group. The runner gets `AGENTRUN_API_URL` and a run-scoped
-`AGENTRUN_RUNNER_KEY` in its environment (never on its command line, which `ps` shows),
-and writes stdout and stderr to `AGENTRUN_DATA_DIR/runner-logs/<runner job id>.log`.
+It starts `python -m runner run --run RUN_ID` (or `AGENTRUN_LOCAL_RUNNER_COMMAND`, a
+command line in which `{run_id}`, `{python}` and, for older templates, `{manage_py}` are
+replaced) in the project directory, so `runner` is importable whether or not it is
+installed. The runner loads no Django: it needs neither the server's settings nor a
+database (with `DATABASE_URL` unset, `manage.py runner` would start an embedded PostgreSQL
+in every runner). It runs in its own session and process group, so a worker's exit or
+Ctrl-C does not take the runner with it and `abort` can stop the whole group. The runner
+gets `AGENTRUN_API_URL` and a run-scoped `AGENTRUN_RUNNER_KEY` in its environment (never on
+its command line, which `ps` shows), and writes stdout and stderr to
+`AGENTRUN_DATA_DIR/runner-logs/<runner job id>.log`.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from runs.models import RunnerJob
 
 
 def runner_command(run_id: str) -> list[str]:
-    """The runner's argv: the setting's template, or `manage.py runner --run RUN_ID`."""
+    """The runner's argv: the setting's template, or `python -m runner run --run RUN_ID`."""
     manage_py = str(Path(settings.BASE_DIR) / "manage.py")
     template = settings.AGENTRUN_LOCAL_RUNNER_COMMAND
     if not template:
-        return [sys.executable, manage_py, "runner", "--run", run_id]
+        return [sys.executable, "-m", "runner", "run", "--run", run_id]
     words = shlex.split(template) if isinstance(template, str) else list(template)
     values = {"run_id": run_id, "python": sys.executable, "manage_py": manage_py}
     argv = [word.format(**values) for word in words]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from runner.backends.base import TurnInput, TurnOutcome
-from runner.backends.codex import CodexBackend, codex_env, toml_value
+from runner.backends.codex import CodexBackend
+from runner.backends.codex.config import codex_argv, codex_env, toml_value
 from tests.codex.conftest import Harness, Recorder
 
 
@@ -232,16 +233,13 @@ def test_codex_gets_neither_the_runner_credentials_nor_host_model_settings(
 
 def test_policy_overrides_become_codex_config_flags(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AGENTRUN_CODEX_COMMAND", '["codex-x", "app-server"]')
-    backend = CodexBackend(
+    argv = codex_argv(
         {
-            "execution_policy": {
-                "model": "m",
-                "codex_config": {"model_providers": {"p": {"base_url": "http://h/v1"}}},
-                "features.plugins": True,  # not a codex_config key: ignored
-            }
+            "model": "m",
+            "codex_config": {"model_providers": {"p": {"base_url": "http://h/v1"}}},
+            "features.plugins": True,  # not a codex_config key: ignored
         }
     )
-    argv = backend._argv()
     flags = [argv[i + 1] for i, part in enumerate(argv) if part == "-c"]
     assert argv[:2] == ["codex-x", "app-server"]
     assert 'model="m"' in flags

@@ -85,7 +85,7 @@ def test_the_job_is_a_dns_safe_single_pod_job_with_the_key_in_a_secret() -> None
     assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == "runner"
     container = pod["containers"][0]
     assert container["image"] == "registry/runner:1"
-    assert container["args"][-2:] == ["--run", "run_01ABC"]
+    assert container["args"] == ["python", "-m", "runner", "run", "--run", "run_01ABC"]
     env = {item["name"]: item for item in container["env"]}
     assert env["AGENTRUN_API_URL"]["value"] == "http://agentrun:8000"
     assert env["AGENTRUN_RUNNER_KEY"]["valueFrom"]["secretKeyRef"]["name"] == name

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from runs.services.reaper import reap_expired_leases
 from sessions.models import Session
 from sessions.services.admission import TurnRequest, admit_turn
 from tests.builders import run_spec
-from tests.faults.harness import Proc, child_env, manage, process, wait_for
+from tests.faults.harness import Proc, child_env, process, wait_for
 from tests.faults.invariants import assert_invariants
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,7 +50,8 @@ def _turn(session_id: str, text: str, **payload: Any) -> Run:
 def _runner(live: Any, run: Run, name: str, tmp: Path) -> Any:
     key = issue_api_key(tenant_id=run.tenant_id, role="runner", run_id=run.id).secret
     env = child_env(tmp, f"fault-{name}", AGENTRUN_API_URL=live.url, AGENTRUN_RUNNER_KEY=key)
-    argv = manage("runner", "--run", run.id, "--lease-ms", "1500", "--runner-id", name)
+    argv = [sys.executable, "-m", "runner", "run", "--run", run.id, "--lease-ms", "1500"]
+    argv += ["--runner-id", name]  # as the launchers start it: `python -m runner`
     return process(argv, env, tmp / f"{name}.log", f"fault-{name}")
 
 

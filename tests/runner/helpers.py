@@ -1,4 +1,5 @@
-"""Start the reference runner as a real subprocess against a live API server."""
+"""Start the reference runner (`python -m runner run`) as a real subprocess against a live
+API server."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ def start_runner(
     return subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "manage.py"),
+            "-m",
             "runner",
+            "run",
             "--run",
             run_id,
             "--lease-ms",

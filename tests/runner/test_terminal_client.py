@@ -1,4 +1,4 @@
-"""`manage.py agentrun_cli`: a person drives a session from a terminal over HTTP."""
+"""`python -m runner turn|steer|cancel|tail`: a person drives a session from a terminal."""
 
 from __future__ import annotations
 
@@ -7,21 +7,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.test import override_settings
 
 from agentrun.auth import issue_api_key
 from dispatch.services.launch import dispatch_batch
-
-pytestmark = pytest.mark.django_db(transaction=True)
+from runner.cli import main
 
 
 def cli(live_server: Any, key: str, *args: str) -> str:
     out = io.StringIO()
-    call_command("agentrun_cli", *args, "--api-url", live_server.url, "--key", key, stdout=out)
+    assert main([*args, "--api-url", live_server.url, "--key", key], out=out) == 0
     return out.getvalue()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_turn_then_tail_prints_the_agents_answer(live_server: Any, tmp_path: Path) -> None:
     key = issue_api_key(tenant_id="cli-tenant", role="client").secret
     filed = cli(live_server, key, "turn", "cli-1", "hello from the terminal")
@@ -34,3 +33,22 @@ def test_turn_then_tail_prints_the_agents_answer(live_server: Any, tmp_path: Pat
     assert tail.rstrip().endswith("terminal_status: completed")
     nothing = cli(live_server, key, "cancel", "cli-1")
     assert '"changed": false' in nothing
+
+
+def test_a_missing_key_or_url_exits_1_and_says_what_to_set(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("AGENTRUN_API_KEY", "AGENTRUN_API_URL", "AGENTRUN_RUNNER_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["tail", "s-1"]) == 1
+    assert "set AGENTRUN_API_KEY" in capsys.readouterr().err
+    assert main(["run", "--run", "run_1"]) == 1
+    assert "set AGENTRUN_API_URL and AGENTRUN_RUNNER_KEY" in capsys.readouterr().err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_api_error_exits_1_with_its_code(
+    live_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", "s-1", "--api-url", live_server.url, "--key", "not-a-key"]) == 1
+    assert "401" in capsys.readouterr().err

@@ -56,14 +56,8 @@ from outbox.kafka import (
     outbox_topic,
     send,
 )
-from outbox.locks import (
-    ClaimedRecord,
-    Completion,
-    Retry,
-    claim_due_records,
-    complete_claims,
-    retry_claims,
-)
+from outbox.locks import Completion, claim_due_records, complete_claims
+from outbox.sql import ClaimedRecord, Retry, retry_claims
 
 logger = logging.getLogger("outbox.relay")
 Outcome = tuple[ClaimedRecord, DeliveryFailure | None]

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agentrun.auth import KeyRequest, issue_api_keys
+from agentrun.backoff import backoff_ms
 from agentrun.locks import LockKey, advisory_session_lock
 from agentrun.metrics import count_dispatch
 from agentrun.models import ApiKey
@@ -54,7 +55,7 @@ from dispatch.services.claims import (
     complete_intents,
     defer_intents,
 )
-from dispatch.services.failures import backoff_ms, retry_intent, terminalize_intent
+from dispatch.services.failures import retry_intent, terminalize_intent
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 import threading
 from collections.abc import Iterator
@@ -42,6 +41,7 @@ from django.db import (
 )
 from django.utils import timezone
 
+from agentrun.backoff import backoff_ms
 from agentrun.ids import new_id
 from agentrun.metrics import count_relay
 from agentrun.redaction import redact_json
@@ -278,7 +278,11 @@ def _retries_of(items: list[Outcome], completed: set[str]) -> list[Retry]:
         return []
     head, failure = items[first]
     assert failure is not None
-    delay = backoff_ms(head.attempt_count)
+    delay = backoff_ms(
+        head.attempt_count,
+        base_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS),
+        cap_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS),
+    )
     at = timezone.now().isoformat()
     retries = []
     for claim, own in items[first:]:
@@ -287,11 +291,3 @@ def _retries_of(items: list[Outcome], completed: set[str]) -> list[Retry]:
             error |= {"code": "_BLOCKED", "blocked_by": head.id, "cause": failure.code}
         retries.append(Retry(claim, delay, redact_json(error | {"at": at})))
     return retries
-
-
-def backoff_ms(attempt_count: int) -> int:
-    """Doubling from the base with each attempt, capped, with jitter in [half, full]."""
-    base = int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS)
-    cap = int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS)
-    ceiling = min(cap, base * 2 ** min(max(attempt_count - 1, 0), 30))
-    return int(ceiling * random.uniform(0.5, 1.0))

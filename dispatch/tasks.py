@@ -9,7 +9,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from dispatch.services.launch import dispatch_batch, worker_owner
+from agentrun.leases import lease_owner
+from dispatch.services.launch import dispatch_batch
 from dispatch.services.reconcile import reconcile_runner_jobs
 from dispatch.wakeup import DISPATCH_TASK, continue_dispatch
 from runs.services.reaper import reap_expired_leases
@@ -21,7 +22,7 @@ def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
     full batch queues its follow-up, so a burst drains without waiting for beat, with as
     many batches in flight as began it."""
-    counts = dispatch_batch(owner=worker_owner(trigger))
+    counts = dispatch_batch(owner=lease_owner("dispatch", tag=trigger))
     if counts.claimed >= settings.AGENTRUN_DISPATCH_BATCH_SIZE:
         continue_dispatch()
     return counts.as_dict()

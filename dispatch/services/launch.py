@@ -24,9 +24,6 @@ whose lease expires; the next claim takes them again (attempt + 1).
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -35,6 +32,7 @@ from django.utils import timezone
 
 from agentrun.auth import KeyRequest, issue_api_keys
 from agentrun.backoff import backoff_ms
+from agentrun.leases import lease_owner
 from agentrun.locks import LockKey, advisory_session_lock
 from agentrun.metrics import count_dispatch
 from agentrun.models import ApiKey
@@ -73,12 +71,6 @@ class DispatchCounts:
         return asdict(self)
 
 
-def worker_owner(tag: str = "") -> str:
-    """A lease owner naming this host, process and thread (and what woke it)."""
-    owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
-    return f"{owner}:{tag}" if tag else owner
-
-
 def dispatch_batch(
     *,
     owner: str | None = None,
@@ -92,7 +84,7 @@ def dispatch_batch(
     `kubernetes`.
     """
     claims = claim_intents(
-        owner=owner or worker_owner(),
+        owner=owner or lease_owner("dispatch"),
         lease_ms=settings.AGENTRUN_DISPATCH_LEASE_MS,
         limit=limit or settings.AGENTRUN_DISPATCH_BATCH_SIZE,
     )

@@ -22,8 +22,6 @@ later event once early and once in place; its per-run `seq` header shows the gap
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,7 +40,7 @@ from django.db import (
 from django.utils import timezone
 
 from agentrun.backoff import backoff_ms
-from agentrun.ids import new_id
+from agentrun.leases import lease_owner
 from agentrun.metrics import count_relay
 from agentrun.redaction import redact_json
 from outbox.kafka import (
@@ -95,7 +93,7 @@ def relay_outbox_batch(*, limit: int | None = None, owner: str | None = None) ->
 
 def _claim(*, limit: int | None = None, owner: str | None = None) -> list[ClaimedRecord]:
     return claim_outbox_records(
-        owner=owner or new_relay_owner(),
+        owner=owner or lease_owner("relay"),
         limit=limit or int(settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE),
         lease_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS),
     )
@@ -185,11 +183,6 @@ def _finish(in_flight: Future[_Settling] | None) -> RelayResult:
 def _close_connection() -> None:
     """Close this thread's database connection (the settle thread's, at the end)."""
     connection.close()
-
-
-def new_relay_owner() -> str:
-    """A lease owner naming the host and process, unique per batch."""
-    return f"{socket.gethostname()}:{os.getpid()}:{new_id('relay')}"
 
 
 def claim_outbox_records(*, owner: str, limit: int, lease_ms: int) -> list[ClaimedRecord]:

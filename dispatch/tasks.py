@@ -10,13 +10,14 @@ from celery import shared_task
 from django.conf import settings
 
 from agentrun.leases import lease_owner
+from agentrun.task_queues import TaskName
 from dispatch.services.launch import dispatch_batch
 from dispatch.services.reconcile import reconcile_runner_jobs
-from dispatch.wakeup import DISPATCH_TASK, continue_dispatch
+from dispatch.wakeup import continue_dispatch
 from runs.services.reaper import reap_expired_leases
 
 
-@shared_task(name=DISPATCH_TASK, ignore_result=True)
+@shared_task(name=TaskName.DISPATCH_BATCH, ignore_result=True)
 def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     """Claim and dispatch one batch. `trigger` (`commit` or `beat`) is recorded in the
     lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
@@ -28,7 +29,7 @@ def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     return counts.as_dict()
 
 
-@shared_task(name="dispatch.reap_leases", ignore_result=True)
+@shared_task(name=TaskName.REAP_LEASES, ignore_result=True)
 def reap_leases_task() -> dict[str, int]:
     return reap_expired_leases(
         limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,
@@ -36,7 +37,7 @@ def reap_leases_task() -> dict[str, int]:
     ).as_dict()
 
 
-@shared_task(name="dispatch.reconcile_runner_jobs", ignore_result=True)
+@shared_task(name=TaskName.RECONCILE_RUNNER_JOBS, ignore_result=True)
 def reconcile_runner_jobs_task() -> dict[str, int]:
     return reconcile_runner_jobs(
         limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,

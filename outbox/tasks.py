@@ -9,8 +9,8 @@ claim skips locked rows and every completion is fenced.
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
+from agentrun import conf
 from agentrun.task_queues import TaskName
 from outbox.services.prune import prune_delivered_outbox
 from outbox.services.relay import relay_outbox_batch
@@ -21,7 +21,7 @@ def relay_batch(trigger: str = "beat") -> dict[str, int]:
     """Relay one batch; enqueue another when this one was full. `trigger` says who asked
     (`commit` wake-ups, `beat`), for the worker's log."""
     result = relay_outbox_batch()
-    if result.claimed >= int(settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE):
+    if result.claimed >= conf.outbox_batch_size():
         relay_batch.delay()
     return result.as_dict()
 

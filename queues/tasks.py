@@ -7,8 +7,8 @@ task, one at a time.
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
+from agentrun import conf
 from agentrun.task_queues import TaskName
 from queues.services.scheduler import scheduler_pass
 
@@ -17,4 +17,4 @@ from queues.services.scheduler import scheduler_pass
 def schedule_batch_task(trigger: str = "beat") -> dict[str, int]:
     """Start one batch of pending tasks and project ended runs (`scheduler_pass`).
     `trigger` (`commit` or `beat`) only tells the worker log why it ran."""
-    return scheduler_pass(limit=settings.AGENTRUN_QUEUE_BATCH_SIZE)
+    return scheduler_pass(limit=conf.queue_batch_size())

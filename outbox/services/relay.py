@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, fields
 from itertools import groupby
 
 from confluent_kafka import Producer
-from django.conf import settings
 from django.db import (
     InterfaceError,
     OperationalError,
@@ -39,6 +38,7 @@ from django.db import (
 )
 from django.utils import timezone
 
+from agentrun import conf
 from agentrun.backoff import backoff_ms
 from agentrun.leases import lease_owner
 from agentrun.metrics import count_relay
@@ -94,8 +94,8 @@ def relay_outbox_batch(*, limit: int | None = None, owner: str | None = None) ->
 def _claim(*, limit: int | None = None, owner: str | None = None) -> list[ClaimedRecord]:
     return claim_outbox_records(
         owner=owner or lease_owner("relay"),
-        limit=limit or int(settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE),
-        lease_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS),
+        limit=limit or conf.outbox_batch_size(),
+        lease_ms=conf.outbox_lease_ms(),
     )
 
 
@@ -273,8 +273,8 @@ def _retries_of(items: list[Outcome], completed: set[str]) -> list[Retry]:
     assert failure is not None
     delay = backoff_ms(
         head.attempt_count,
-        base_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS),
-        cap_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS),
+        base_ms=conf.outbox_backoff_base_ms(),
+        cap_ms=conf.outbox_backoff_cap_ms(),
     )
     at = timezone.now().isoformat()
     retries = []

@@ -1,7 +1,14 @@
-"""Celery queue names and the routing of every task to one of them, in one place.
+"""Celery task names, queue names and the routing of every task to one of them, in one place.
+
+`TaskName` is the one spelling of each task's name: the `@shared_task` decorators, the
+route table, the beat schedule and the on-commit wakers all say `TaskName.X`, so a task
+cannot be renamed in one place and missed in another (a beat entry or a wake-up for a name
+no worker knows is dropped silently). The values are the wire names already in queues and
+beat schedules; changing one is a migration of deployed brokers, not a refactor.
 
 Workers subscribe by queue name (`celery -A agentrun worker -Q dispatch,maintenance`);
-`TASK_ROUTES` (the `task_routes` setting) sends each task, by its name, to its queue.
+`TASK_QUEUES` sends each task to its queue, and `TASK_ROUTES` is that table in the shape of
+Celery's `task_routes` setting.
 """
 
 from __future__ import annotations
@@ -16,12 +23,27 @@ class TaskQueue(enum.StrEnum):
     QUEUE = "queue"  # the work-queue scheduler and projector
 
 
+class TaskName(enum.StrEnum):
+    DISPATCH_BATCH = "dispatch.dispatch_batch"
+    REAP_LEASES = "dispatch.reap_leases"
+    RECONCILE_RUNNER_JOBS = "dispatch.reconcile_runner_jobs"
+    RELAY_BATCH = "outbox.relay_batch"
+    PRUNE_OUTBOX = "outbox.prune"
+    SCHEDULE_QUEUE = "queue.schedule_batch"
+    DOCTOR_REPORT = "agentrun.doctor_report"
+
+
+TASK_QUEUES: dict[TaskName, TaskQueue] = {
+    TaskName.DISPATCH_BATCH: TaskQueue.DISPATCH,
+    TaskName.RELAY_BATCH: TaskQueue.OUTBOX,
+    TaskName.SCHEDULE_QUEUE: TaskQueue.QUEUE,
+    TaskName.REAP_LEASES: TaskQueue.MAINTENANCE,
+    TaskName.RECONCILE_RUNNER_JOBS: TaskQueue.MAINTENANCE,
+    TaskName.PRUNE_OUTBOX: TaskQueue.MAINTENANCE,
+    TaskName.DOCTOR_REPORT: TaskQueue.MAINTENANCE,
+}
+
+# Plain strings: Celery matches a message's task name against these keys.
 TASK_ROUTES: dict[str, dict[str, str]] = {
-    "dispatch.dispatch_batch": {"queue": TaskQueue.DISPATCH.value},
-    "outbox.relay_batch": {"queue": TaskQueue.OUTBOX.value},
-    "queue.schedule_batch": {"queue": TaskQueue.QUEUE.value},
-    "dispatch.reap_leases": {"queue": TaskQueue.MAINTENANCE.value},
-    "dispatch.reconcile_runner_jobs": {"queue": TaskQueue.MAINTENANCE.value},
-    "outbox.prune": {"queue": TaskQueue.MAINTENANCE.value},
-    "agentrun.doctor_report": {"queue": TaskQueue.MAINTENANCE.value},
+    name.value: {"queue": queue.value} for name, queue in TASK_QUEUES.items()
 }

@@ -12,7 +12,8 @@ anything it missed. So:
   batch that started it going until the backlog is drained;
 - a broker error is logged, not raised (the work is committed already); the message is
   published without retries and expires after a minute (an old wake-up is worthless).
-Tasks are sent by name, so this module imports no task and no service.
+Tasks are sent by name (`TaskName`) to the queue the route table gives them, so this module
+imports no task and no service.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ from django.conf import settings
 from kombu.exceptions import OperationalError
 
 from agentrun.celery import app
+from agentrun.task_queues import TASK_QUEUES, TaskName
 
 logger = logging.getLogger(__name__)
 
 
 class Waker:
-    def __init__(self, *, task: str, queue: str, enabled_setting: str) -> None:
-        self.task, self.queue, self.enabled_setting = task, queue, enabled_setting
+    def __init__(
+        self, *, task: TaskName | str, enabled_setting: str, queue: str | None = None
+    ) -> None:
+        self.task, self.enabled_setting = TaskName(task), enabled_setting
+        self.queue = queue or TASK_QUEUES[self.task].value  # its route, unless told
         self._lock = threading.Lock()
         self._queued = False
         self._sender: tuple[int, ThreadPoolExecutor] | None = None  # rebuilt after a fork

@@ -109,7 +109,8 @@ def agentrun_worker(args: argparse.Namespace) -> dict[str, Any]:
     django.setup()
     from django.db import connection
 
-    from dispatch.services.launch import dispatch_batch, worker_owner
+    from agentrun.leases import lease_owner
+    from dispatch.services.launch import dispatch_batch
 
     launcher = NoopLauncher(args.latency)
     launchers = {"noop": launcher}
@@ -124,7 +125,9 @@ def agentrun_worker(args: argparse.Namespace) -> dict[str, Any]:
         ready.wait()  # released after `go`
         idle_since = None
         while time.time() < go[0] + args.seconds:
-            counts = dispatch_batch(owner=worker_owner(), limit=args.batch, launchers=launchers)
+            counts = dispatch_batch(
+                owner=lease_owner("dispatch"), limit=args.batch, launchers=launchers
+            )
             if counts.fenced:
                 JOURNAL.write("fenced", str(counts.fenced))
             if counts.claimed:

@@ -7,37 +7,39 @@ per-run locks), so no leader is needed.
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
-from dispatch.services.launch import dispatch_batch, worker_owner
+from agentrun import conf
+from agentrun.leases import lease_owner
+from agentrun.task_queues import TaskName
+from dispatch.services.launch import dispatch_batch
 from dispatch.services.reconcile import reconcile_runner_jobs
-from dispatch.wakeup import DISPATCH_TASK, continue_dispatch
+from dispatch.wakeup import continue_dispatch
 from runs.services.reaper import reap_expired_leases
 
 
-@shared_task(name=DISPATCH_TASK, ignore_result=True)
+@shared_task(name=TaskName.DISPATCH_BATCH, ignore_result=True)
 def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     """Claim and dispatch one batch. `trigger` (`commit` or `beat`) is recorded in the
     lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
     full batch queues its follow-up, so a burst drains without waiting for beat, with as
     many batches in flight as began it."""
-    counts = dispatch_batch(owner=worker_owner(trigger))
-    if counts.claimed >= settings.AGENTRUN_DISPATCH_BATCH_SIZE:
+    counts = dispatch_batch(owner=lease_owner("dispatch", tag=trigger))
+    if counts.claimed >= conf.dispatch_batch_size():
         continue_dispatch()
     return counts.as_dict()
 
 
-@shared_task(name="dispatch.reap_leases", ignore_result=True)
+@shared_task(name=TaskName.REAP_LEASES, ignore_result=True)
 def reap_leases_task() -> dict[str, int]:
     return reap_expired_leases(
-        limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,
-        grace_ms=settings.AGENTRUN_LEASE_REAP_GRACE_MS,
+        limit=conf.maintenance_batch_size(),
+        grace_ms=conf.lease_reap_grace_ms(),
     ).as_dict()
 
 
-@shared_task(name="dispatch.reconcile_runner_jobs", ignore_result=True)
+@shared_task(name=TaskName.RECONCILE_RUNNER_JOBS, ignore_result=True)
 def reconcile_runner_jobs_task() -> dict[str, int]:
     return reconcile_runner_jobs(
-        limit=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE,
-        grace_ms=settings.AGENTRUN_RECONCILE_GRACE_MS,
+        limit=conf.maintenance_batch_size(),
+        grace_ms=conf.reconcile_grace_ms(),
     ).as_dict()

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from agentrun.task_queues import TaskQueue
+from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
 
-DISPATCH_TASK = "dispatch.dispatch_batch"
-
 _waker = Waker(
-    task=DISPATCH_TASK,
-    queue=TaskQueue.DISPATCH.value,
+    task=TaskName.DISPATCH_BATCH,
     enabled_setting="AGENTRUN_DISPATCH_WAKE_ON_COMMIT",
 )
 

@@ -8,13 +8,14 @@ from collections import Counter
 
 from celery import shared_task
 
+from agentrun.task_queues import TaskName
 from ops.doctor import diagnose
 
 # The logger keeps the name it had before ops existed: log filters and alerts select on it.
 log = logging.getLogger("agentrun.doctor")
 
 
-@shared_task(name="agentrun.doctor_report", ignore_result=True)
+@shared_task(name=TaskName.DOCTOR_REPORT, ignore_result=True)
 def doctor_report() -> dict[str, int]:
     """Run the doctor's checks and log each finding; repairs nothing (an operator runs
     `agentrun_doctor --fix` after reading why). Returns the count per kind."""

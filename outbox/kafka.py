@@ -27,8 +27,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from django.conf import settings
 from django.db import connection
+
+from agentrun import conf
 
 logger = logging.getLogger("outbox.kafka")
 # librdkafka's own log lines (connection failures, retries): noisy while a broker is down,
@@ -40,21 +41,21 @@ _ensured_topics: set[tuple[str, str]] = set()
 
 def outbox_enabled() -> bool:
     """The outbox is on exactly when bootstrap servers are configured."""
-    return bool(settings.AGENTRUN_KAFKA_BOOTSTRAP_SERVERS)
+    return bool(conf.kafka_bootstrap_servers())
 
 
 def outbox_topic() -> str:
-    return str(settings.AGENTRUN_KAFKA_TOPIC)
+    return conf.kafka_topic()
 
 
 def delivery_timeout_ms() -> int:
     """`message.timeout.ms`: half the relay lease (0 would mean "never time out")."""
-    return max(1, int(settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS) // 2)
+    return max(1, conf.outbox_lease_ms() // 2)
 
 
 def producer_config() -> dict[str, Any]:
     return {
-        "bootstrap.servers": settings.AGENTRUN_KAFKA_BOOTSTRAP_SERVERS,
+        "bootstrap.servers": conf.kafka_bootstrap_servers(),
         "client.id": "agentrun-outbox",
         "enable.idempotence": True,
         "acks": "all",
@@ -64,7 +65,7 @@ def producer_config() -> dict[str, Any]:
         "allow.auto.create.topics": False,
         "linger.ms": 5,
         "message.timeout.ms": delivery_timeout_ms(),
-        "message.max.bytes": int(settings.AGENTRUN_KAFKA_MESSAGE_MAX_BYTES),
+        "message.max.bytes": conf.kafka_message_max_bytes(),
         "logger": client_logger,
         "error_cb": _log_client_error,
     }
@@ -268,7 +269,7 @@ def ensure_topics(topics: set[str]) -> None:
     refused, e.g. where topics are provisioned by the platform team); only a broker that
     could not be reached is asked again by the next batch.
     """
-    servers = str(settings.AGENTRUN_KAFKA_BOOTSTRAP_SERVERS)
+    servers = conf.kafka_bootstrap_servers()
     missing = sorted(topic for topic in topics if (servers, topic) not in _ensured_topics)
     if not missing:
         return
@@ -293,9 +294,9 @@ def ensure_topics(topics: set[str]) -> None:
 def _new_topic(topic: str) -> NewTopic:
     return NewTopic(
         topic,
-        num_partitions=int(settings.AGENTRUN_KAFKA_TOPIC_PARTITIONS),
-        replication_factor=int(settings.AGENTRUN_KAFKA_TOPIC_REPLICATION),
-        config={"max.message.bytes": str(settings.AGENTRUN_KAFKA_MESSAGE_MAX_BYTES)},
+        num_partitions=conf.kafka_topic_partitions(),
+        replication_factor=conf.kafka_topic_replication(),
+        config={"max.message.bytes": str(conf.kafka_message_max_bytes())},
     )
 
 

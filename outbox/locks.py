@@ -1,25 +1,25 @@
-"""Locks and raw SQL of the outbox: the key lock, the sequence batch and the relay's claim
-and settle statements.
+"""Locks of the outbox: the key lock, and the relay's claim and completion statements,
+which lock the rows they lease or settle.
 
 - `lock_outbox_key` is the per-(topic, partition key) transaction advisory lock a writer
-  takes before it draws `outbox_seq` values. It is held until the writer commits, so a
-  second writer of the same key draws larger values only after the first committed: within
-  a key, `outbox_seq` order is commit order, and the relay never sees a later record of a
-  key committed while an earlier one is still invisible. Lock order: the run row, the
-  session row, then this lock (always last).
-- `reserve_outbox_seqs` draws a batch of values from the global sequence in one query.
+  takes before it draws `outbox_seq` values (`outbox.sql.reserve_outbox_seqs`). It is held
+  until the writer commits, so a second writer of the same key draws larger values only
+  after the first committed: within a key, `outbox_seq` order is commit order, and the
+  relay never sees a later record of a key committed while an earlier one is still
+  invisible. Lock order: the run row, the session row, then this lock (always last).
 - `claim_due_records` is the seed's `claimKafkaEventOutbox`: per key, only the *prefix* of
   due, unleased, undelivered records is claimed, with `FOR UPDATE … SKIP LOCKED`, and the
   lease is set in the same statement. It must run in its own short transaction that
   commits before any Kafka I/O.
-- `complete_claims` and `retry_claims` settle a batch in one statement each, every row
-  fenced by its claim's (id, lease owner, attempt count) and a live lease; they run in the
-  relay's settle transaction.
+- `complete_claims` settles a batch's acknowledged records in one statement, every row
+  fenced by its claim's (id, lease owner, attempt count) and a live lease, after locking
+  the live rows `FOR UPDATE`; it runs in the relay's settle transaction.
 
-Raw SQL lives here and nowhere else in the app: the ORM cannot express `nextval` on a
-named sequence, a recursive skip scan, window functions over a `LATERAL` join, `FOR UPDATE
-OF … SKIP LOCKED` inside a CTE feeding an `UPDATE … RETURNING`, or an `UPDATE … FROM
-…` from a set of rows that gives every row its own fencing token.
+The statements that take no lock (the sequence batch, the retry `UPDATE`) are in
+`outbox.sql`. Raw SQL here because the ORM cannot express a recursive skip scan, window
+functions over a `LATERAL` join, `FOR UPDATE OF … SKIP LOCKED` inside a CTE feeding an
+`UPDATE … RETURNING`, or an `UPDATE … FROM …` from a set of rows that gives every row its
+own fencing token.
 """
 
 from __future__ import annotations
@@ -27,32 +27,16 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import connection
 
 from agentrun.locks import LockKey, advisory_xact_lock
-from outbox.models import OUTBOX_SEQUENCE
+from outbox.sql import ClaimedRecord, update_by_tokens
 
 logger = logging.getLogger("outbox.relay")
 MAX_CLAIM = 2_000
 RECORDS_PER_KEY = 8  # a claim takes a key's records 8 at a time before it goes deeper
-
-
-class ClaimedRecord(NamedTuple):
-    """One leased outbox record: what the relay sends, and its fencing token (id,
-    lease_owner, attempt_count). A tuple: a claim makes hundreds at a time."""
-
-    id: str
-    event_id: str
-    run_id: str
-    topic: str
-    partition_key: str
-    outbox_seq: int
-    attempt_count: int
-    lease_owner: str
-    value: str  # the envelope's JSON text, as PostgreSQL prints the jsonb column
-    headers: dict[str, Any]
 
 
 def lock_outbox_key(*, topic: str, partition_key: str) -> None:
@@ -61,18 +45,6 @@ def lock_outbox_key(*, topic: str, partition_key: str) -> None:
     Kafka topic names cannot contain ':', so the joined value is unambiguous.
     """
     advisory_xact_lock(LockKey.OUTBOX_KEY, f"{topic}:{partition_key}")
-
-
-def reserve_outbox_seqs(count: int) -> list[int]:
-    """Draw `count` values of the global outbox sequence, ascending. Call it under the key
-    lock so that the values of a key follow commit order."""
-    with connection.cursor() as cursor:
-        # Raw SQL: one round trip for the whole batch; the ORM has no nextval().
-        cursor.execute(
-            "SELECT nextval(%s::regclass) FROM generate_series(1, %s)",
-            [OUTBOX_SEQUENCE, count],
-        )
-        return sorted(int(row[0]) for row in cursor.fetchall())
 
 
 # The seed's claim takes the due, unleased prefix of each key, keys served round robin,
@@ -330,61 +302,4 @@ def complete_claims(completions: list[Completion]) -> set[str]:
         }
         for c in completions
     ]
-    return _update_by_tokens(_COMPLETE_SQL, tokens)
-
-
-# Back to retry (seed `retryKafkaEventOutbox`): each row fenced by its own token, given its
-# own error and its key's backoff. No row lock beyond the UPDATE's own: a refused row is
-# simply not matched.
-_RETRY_SQL = """
-UPDATE agentrun_kafka_event_outbox o
-SET lease_owner = NULL,
-    lease_expires_at = NULL,
-    next_attempt_at = statement_timestamp() + (token.delay_ms * interval '1 millisecond'),
-    last_error = token.last_error,
-    updated_at = statement_timestamp()
-FROM jsonb_to_recordset(%(tokens)s::jsonb)
-  AS token(id text, lease_owner text, attempt_count int, delay_ms int, last_error jsonb)
-WHERE o.id = token.id
-  AND o.lease_owner = token.lease_owner
-  AND o.attempt_count = token.attempt_count
-  AND o.delivered_at IS NULL
-  AND o.lease_expires_at > statement_timestamp()
-RETURNING o.id
-"""
-
-
-@dataclass(frozen=True)
-class Retry:
-    """One claim to send back to retry after `delay_ms`, recording `last_error`."""
-
-    claim: ClaimedRecord
-    delay_ms: int
-    last_error: dict[str, Any]
-
-
-def retry_claims(retries: list[Retry]) -> set[str]:
-    """Release the claims whose token holds for a retry after their delay; returns their
-    ids. Must be called inside the settle transaction."""
-    if not retries:
-        return set()
-    tokens = [
-        {
-            "id": r.claim.id,
-            "lease_owner": r.claim.lease_owner,
-            "attempt_count": r.claim.attempt_count,
-            "delay_ms": r.delay_ms,
-            "last_error": r.last_error,
-        }
-        for r in retries
-    ]
-    return _update_by_tokens(_RETRY_SQL, tokens)
-
-
-def _update_by_tokens(sql: str, tokens: list[dict[str, Any]]) -> set[str]:
-    """Run a settle UPDATE over its claims' tokens; the ids it changed."""
-    with connection.cursor() as cursor:
-        # One JSON text, not one array per field: the connection binds parameters client
-        # side, and quoting thousands of array elements cost more than the statement.
-        cursor.execute(sql, {"tokens": json.dumps(tokens)})
-        return {row[0] for row in cursor.fetchall()}
+    return update_by_tokens(_COMPLETE_SQL, tokens)

@@ -9,23 +9,24 @@ claim skips locked rows and every completion is fenced.
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
+from agentrun import conf
+from agentrun.task_queues import TaskName
 from outbox.services.prune import prune_delivered_outbox
 from outbox.services.relay import relay_outbox_batch
 
 
-@shared_task(name="outbox.relay_batch", ignore_result=True)
+@shared_task(name=TaskName.RELAY_BATCH, ignore_result=True)
 def relay_batch(trigger: str = "beat") -> dict[str, int]:
     """Relay one batch; enqueue another when this one was full. `trigger` says who asked
     (`commit` wake-ups, `beat`), for the worker's log."""
     result = relay_outbox_batch()
-    if result.claimed >= int(settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE):
+    if result.claimed >= conf.outbox_batch_size():
         relay_batch.delay()
     return result.as_dict()
 
 
-@shared_task(name="outbox.prune", ignore_result=True)
+@shared_task(name=TaskName.PRUNE_OUTBOX, ignore_result=True)
 def prune() -> dict[str, int | bool]:
     """Delete up to 50 batches of delivered records past the retention period; enqueue
     another run when more are left, so pruning keeps up with any event rate."""

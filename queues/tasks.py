@@ -7,14 +7,14 @@ task, one at a time.
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
+from agentrun import conf
+from agentrun.task_queues import TaskName
 from queues.services.scheduler import scheduler_pass
-from queues.wakeup import SCHEDULE_TASK
 
 
-@shared_task(name=SCHEDULE_TASK, ignore_result=True)
+@shared_task(name=TaskName.SCHEDULE_QUEUE, ignore_result=True)
 def schedule_batch_task(trigger: str = "beat") -> dict[str, int]:
     """Start one batch of pending tasks and project ended runs (`scheduler_pass`).
     `trigger` (`commit` or `beat`) only tells the worker log why it ran."""
-    return scheduler_pass(limit=settings.AGENTRUN_QUEUE_BATCH_SIZE)
+    return scheduler_pass(limit=conf.queue_batch_size())

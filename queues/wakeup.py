@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from agentrun.task_queues import TaskQueue
+from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
 
-SCHEDULE_TASK = "queue.schedule_batch"
-
 _waker = Waker(
-    task=SCHEDULE_TASK,
-    queue=TaskQueue.QUEUE.value,
+    task=TaskName.SCHEDULE_QUEUE,
     enabled_setting="AGENTRUN_QUEUE_WAKE_ON_COMMIT",
 )
 

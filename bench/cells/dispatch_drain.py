@@ -84,11 +84,12 @@ def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample
         workers = celery_workers(processes=PROCESSES, slots=slots, batch=batch, journal=journal)
         with workers, producing_to_redis():
             from agentrun.celery import app
+            from agentrun.task_queues import TaskName
 
             go = time.time()
             for _ in range(PROCESSES * slots):
                 app.send_task(
-                    "dispatch.dispatch_batch", kwargs={"trigger": "bench"}, queue="dispatch"
+                    TaskName.DISPATCH_BATCH, kwargs={"trigger": "bench"}, queue="dispatch"
                 )
             last = _wait_dispatched(n, timeout=max(120.0, n / 50))
         ledger = queues.execution_ledger(ids, [item for item, _ in journal_starts(journal)])

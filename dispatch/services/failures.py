@@ -3,14 +3,12 @@
 
 Both settle a claim under the same fence as completion (`claims.lock_claim_locked`: run →
 command → intent, refusing a stale or fenced claim with `StaleClaimError` after commit).
-Backoff is exponential with "equal jitter": attempt n waits a random time between half and
-all of `min(cap, base * 2**(n-1))`, so delays grow from one attempt to the next while
-workers that failed together do not retry together.
+The launch step picks the retry delay with `agentrun.backoff.backoff_ms` (capped
+exponential, equal jitter).
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -24,13 +22,6 @@ from dispatch.services.claims import IntentClaim, LockedClaim, lock_claim_locked
 from runs.models import Command, CommandState, FailureKind, Run
 from runs.services.events import NewEvent, append_event_locked, append_events_locked
 from runs.services.lifecycle import TurnResult, terminalize_run_locked
-
-
-def backoff_ms(attempt_count: int, *, base_ms: int, cap_ms: int) -> int:
-    """The delay before attempt `attempt_count + 1` (equal jitter, capped)."""
-    ceiling = min(cap_ms, base_ms * 2 ** max(0, attempt_count - 1))
-    half = ceiling // 2
-    return int(half + random.randint(0, ceiling - half))  # jitter: no secret, any PRNG will do
 
 
 def retry_intent(

@@ -24,16 +24,15 @@ whose lease expires; the next claim takes them again (attempt + 1).
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from django.conf import settings
 from django.utils import timezone
 
+from agentrun import conf
 from agentrun.auth import KeyRequest, issue_api_keys
+from agentrun.backoff import backoff_ms
+from agentrun.leases import lease_owner
 from agentrun.locks import LockKey, advisory_session_lock
 from agentrun.metrics import count_dispatch
 from agentrun.models import ApiKey
@@ -54,7 +53,7 @@ from dispatch.services.claims import (
     complete_intents,
     defer_intents,
 )
-from dispatch.services.failures import backoff_ms, retry_intent, terminalize_intent
+from dispatch.services.failures import retry_intent, terminalize_intent
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +71,6 @@ class DispatchCounts:
         return asdict(self)
 
 
-def worker_owner(tag: str = "") -> str:
-    """A lease owner naming this host, process and thread (and what woke it)."""
-    owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
-    return f"{owner}:{tag}" if tag else owner
-
-
 def dispatch_batch(
     *,
     owner: str | None = None,
@@ -91,9 +84,9 @@ def dispatch_batch(
     `kubernetes`.
     """
     claims = claim_intents(
-        owner=owner or worker_owner(),
-        lease_ms=settings.AGENTRUN_DISPATCH_LEASE_MS,
-        limit=limit or settings.AGENTRUN_DISPATCH_BATCH_SIZE,
+        owner=owner or lease_owner("dispatch"),
+        lease_ms=conf.dispatch_lease_ms(),
+        limit=limit or conf.dispatch_batch_size(),
     )
     counts = DispatchCounts(claimed=len(claims))
     launchers = launchers or default_launchers()
@@ -118,7 +111,7 @@ def _defer(profile: str, waiting: list[IntentClaim], counts: DispatchCounts) -> 
     if waiting:
         counts.waiting += defer_intents(
             claims=waiting,
-            delay_ms=settings.AGENTRUN_DISPATCH_CAPACITY_WAIT_MS,
+            delay_ms=conf.dispatch_capacity_wait_ms(),
             why={"reason": "capacity", "backend_profile": profile},
         )
 
@@ -198,7 +191,7 @@ def _launcher(
     claim: IntentClaim, launchers: Mapping[str, Launcher], counts: DispatchCounts
 ) -> Launcher | None:
     """The claim's launcher, or None after settling a claim that cannot be launched."""
-    if claim.attempt_count > settings.AGENTRUN_DISPATCH_MAX_ATTEMPTS:
+    if claim.attempt_count > conf.dispatch_max_attempts():
         # Earlier attempts were claimed by workers that died before settling them.
         _settle_failure(claim, LaunchError("dispatch attempts exhausted", reason="lost"), counts)
         return None
@@ -220,7 +213,7 @@ def _request(claim: IntentClaim, secret: str) -> LaunchRequest:
         runner_id=claim.runner_id,
         attempt_count=claim.attempt_count,
         runner_key=secret,
-        api_url=settings.AGENTRUN_API_URL,
+        api_url=conf.api_url(),
         options=claim.options,
     )
 
@@ -229,14 +222,14 @@ def _settle_failure(claim: IntentClaim, error: LaunchError, counts: DispatchCoun
     """Retry with backoff, or terminalise after the last attempt."""
     logger.warning("dispatch %s attempt %s failed: %s", claim.id, claim.attempt_count, error)
     try:
-        if claim.attempt_count >= settings.AGENTRUN_DISPATCH_MAX_ATTEMPTS:
+        if claim.attempt_count >= conf.dispatch_max_attempts():
             terminalize_intent(claim=claim, error=error.as_json())
             counts.failed += 1
             return
         delay = backoff_ms(
             claim.attempt_count,
-            base_ms=settings.AGENTRUN_DISPATCH_BACKOFF_BASE_MS,
-            cap_ms=settings.AGENTRUN_DISPATCH_BACKOFF_CAP_MS,
+            base_ms=conf.dispatch_backoff_base_ms(),
+            cap_ms=conf.dispatch_backoff_cap_ms(),
         )
         retry_intent(claim=claim, error=error.as_json(), delay_ms=delay)
         counts.retried += 1

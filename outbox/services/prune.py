@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agentrun import conf
 from outbox.models import KafkaEventOutbox
 
 
@@ -30,7 +30,7 @@ class PruneResult:
 
 def prune_cutoff(*, retention_days: int | None = None) -> datetime:
     if retention_days is None:
-        retention_days = int(settings.AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS)
+        retention_days = conf.outbox_retention_days()
     return timezone.now() - timedelta(days=retention_days)
 
 

@@ -23,8 +23,9 @@ from agentrun.task_queues import TaskQueue
 from agentrun.wakeup import Waker
 from outbox.cloudevents import cloud_event, message_headers, partition_key_for
 from outbox.kafka import outbox_enabled, outbox_topic
-from outbox.locks import lock_outbox_key, reserve_outbox_seqs
+from outbox.locks import lock_outbox_key
 from outbox.models import KafkaEventOutbox
+from outbox.sql import reserve_outbox_seqs
 from runs.models import Event, Run
 
 

@@ -22,9 +22,6 @@ later event once early and once in place; its per-run `seq` header shows the gap
 from __future__ import annotations
 
 import logging
-import os
-import random
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,7 +29,6 @@ from dataclasses import asdict, dataclass, fields
 from itertools import groupby
 
 from confluent_kafka import Producer
-from django.conf import settings
 from django.db import (
     InterfaceError,
     OperationalError,
@@ -42,7 +38,9 @@ from django.db import (
 )
 from django.utils import timezone
 
-from agentrun.ids import new_id
+from agentrun import conf
+from agentrun.backoff import backoff_ms
+from agentrun.leases import lease_owner
 from agentrun.metrics import count_relay
 from agentrun.redaction import redact_json
 from outbox.kafka import (
@@ -56,14 +54,8 @@ from outbox.kafka import (
     outbox_topic,
     send,
 )
-from outbox.locks import (
-    ClaimedRecord,
-    Completion,
-    Retry,
-    claim_due_records,
-    complete_claims,
-    retry_claims,
-)
+from outbox.locks import Completion, claim_due_records, complete_claims
+from outbox.sql import ClaimedRecord, Retry, retry_claims
 
 logger = logging.getLogger("outbox.relay")
 Outcome = tuple[ClaimedRecord, DeliveryFailure | None]
@@ -101,9 +93,9 @@ def relay_outbox_batch(*, limit: int | None = None, owner: str | None = None) ->
 
 def _claim(*, limit: int | None = None, owner: str | None = None) -> list[ClaimedRecord]:
     return claim_outbox_records(
-        owner=owner or new_relay_owner(),
-        limit=limit or int(settings.AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE),
-        lease_ms=int(settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS),
+        owner=owner or lease_owner("relay"),
+        limit=limit or conf.outbox_batch_size(),
+        lease_ms=conf.outbox_lease_ms(),
     )
 
 
@@ -193,11 +185,6 @@ def _close_connection() -> None:
     connection.close()
 
 
-def new_relay_owner() -> str:
-    """A lease owner naming the host and process, unique per batch."""
-    return f"{socket.gethostname()}:{os.getpid()}:{new_id('relay')}"
-
-
 def claim_outbox_records(*, owner: str, limit: int, lease_ms: int) -> list[ClaimedRecord]:
     """Step 1: lease the due prefix of each key to `owner`, committed before returning.
 
@@ -284,7 +271,11 @@ def _retries_of(items: list[Outcome], completed: set[str]) -> list[Retry]:
         return []
     head, failure = items[first]
     assert failure is not None
-    delay = backoff_ms(head.attempt_count)
+    delay = backoff_ms(
+        head.attempt_count,
+        base_ms=conf.outbox_backoff_base_ms(),
+        cap_ms=conf.outbox_backoff_cap_ms(),
+    )
     at = timezone.now().isoformat()
     retries = []
     for claim, own in items[first:]:
@@ -293,11 +284,3 @@ def _retries_of(items: list[Outcome], completed: set[str]) -> list[Retry]:
             error |= {"code": "_BLOCKED", "blocked_by": head.id, "cause": failure.code}
         retries.append(Retry(claim, delay, redact_json(error | {"at": at})))
     return retries
-
-
-def backoff_ms(attempt_count: int) -> int:
-    """Doubling from the base with each attempt, capped, with jitter in [half, full]."""
-    base = int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS)
-    cap = int(settings.AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS)
-    ceiling = min(cap, base * 2 ** min(max(attempt_count - 1, 0), 30))
-    return int(ceiling * random.uniform(0.5, 1.0))

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentrun import conf
 from agentrun.errors import not_found
 from outbox.models import KafkaEventOutbox
 from outbox.services.record import wake_relay
@@ -62,7 +62,7 @@ def release_outbox_record(*, record_id: str) -> Released:
             outbox_seq__lte=record.outbox_seq,
             delivered_at__isnull=True,
         ).update(lease_owner=None, lease_expires_at=None, next_attempt_at=Now(), updated_at=Now())
-        if released and settings.AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT:
+        if released and conf.outbox_wake_on_commit():
             transaction.on_commit(wake_relay)
     return Released(record_id, released, "due now" if released else _why_not(record_id))
 

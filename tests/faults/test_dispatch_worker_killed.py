@@ -19,6 +19,7 @@ import pytest
 from django.db import connection
 
 from agentrun.models import ApiKey
+from agentrun.task_queues import TaskName
 from dispatch.models import RunnerDispatchIntent
 from runs.models import Event, Run, RunnerJob
 from runs.services.commands import create_command
@@ -69,7 +70,7 @@ def test_worker_killed_mid_dispatch_batch(live_server: Any, tmp_path: Path) -> N
     with celery_worker(
         "dispatch-a", queues="dispatch", broker=REDIS_DISPATCH, data_dir=tmp_path, **env
     ) as first:
-        send_task(REDIS_DISPATCH, "dispatch.dispatch_batch", "dispatch", trigger="commit")
+        send_task(REDIS_DISPATCH, TaskName.DISPATCH_BATCH, "dispatch", trigger="commit")
         keys = ApiKey.objects.filter(name__startswith="runner job")
         wait_for(lambda: keys.count() == RUNS, 30, "the first worker to launch every runner")
         wait_for(lambda: waiting_on_lock(first.app_name), 30, "the completion to block")
@@ -84,7 +85,7 @@ def test_worker_killed_mid_dispatch_batch(live_server: Any, tmp_path: Path) -> N
         "dispatch-b", queues="dispatch", broker=REDIS_DISPATCH, data_dir=tmp_path, **env
     ):
         wait_for(_leases_lapsed, 10, "the dead worker's dispatch leases to lapse", 0.1)
-        send_task(REDIS_DISPATCH, "dispatch.dispatch_batch", "dispatch", trigger="beat")
+        send_task(REDIS_DISPATCH, TaskName.DISPATCH_BATCH, "dispatch", trigger="beat")
         wait_for(lambda: _all_terminal(run_ids), 90, "every run to finish", 0.2)
 
     _assert_dispatched_once(run_ids)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrun.task_queues import TaskName
 from queues.models import QueueAttempt, QueueTask
 from queues.services.tasks import TaskSpec, create_task
 from runs.models import Command, Run
@@ -63,7 +64,7 @@ def test_worker_killed_mid_queue_scheduling(tmp_path: Path) -> None:
     with celery_worker(
         "queue-a", queues="queue", broker=REDIS_QUEUE, data_dir=tmp_path, **env
     ) as first:
-        send_task(REDIS_QUEUE, "queue.schedule_batch", "queue", trigger="commit")
+        send_task(REDIS_QUEUE, TaskName.SCHEDULE_QUEUE, "queue", trigger="commit")
         wait_for(lambda: _running() >= TASKS // 4, 60, "a quarter of the batch to start")
         first.kill()
     at_kill = _running()
@@ -72,7 +73,7 @@ def test_worker_killed_mid_queue_scheduling(tmp_path: Path) -> None:
     _started_whole()
 
     with celery_worker("queue-b", queues="queue", broker=REDIS_QUEUE, data_dir=tmp_path, **env):
-        send_task(REDIS_QUEUE, "queue.schedule_batch", "queue", trigger="beat")
+        send_task(REDIS_QUEUE, TaskName.SCHEDULE_QUEUE, "queue", trigger="beat")
         wait_for(lambda: _running() == TASKS, 90, "every task to start", 0.1)
     _started_whole()
     assert QueueAttempt.objects.count() == TASKS == Run.objects.count()

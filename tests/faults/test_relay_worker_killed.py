@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from agentrun.task_queues import TaskName
 from tests.faults.harness import REDIS_OUTBOX, Proc, celery_worker, purge, send_task, wait_for
 from tests.faults.invariants import assert_invariants
 from tests.faults.outbox_load import (
@@ -62,7 +63,7 @@ def test_worker_killed_mid_relay_batch(
     env = {"AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE": "50"}
 
     def kick() -> None:
-        send_task(REDIS_OUTBOX, "outbox.relay_batch", "outbox")
+        send_task(REDIS_OUTBOX, TaskName.RELAY_BATCH, "outbox")
 
     with KafkaReader(kafka_broker.bootstrap_servers, topic) as reader:
         with celery_worker(

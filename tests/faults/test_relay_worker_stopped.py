@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from agentrun.task_queues import TaskName
 from outbox.models import KafkaEventOutbox
 from tests.faults.harness import (
     REDIS_OUTBOX,
@@ -74,7 +75,7 @@ def test_worker_stopped_past_its_lease_then_resumed(
         with celery_worker(
             "relay-frozen", queues="outbox", broker=REDIS_OUTBOX, data_dir=tmp_path, **env
         ) as frozen:
-            send_task(REDIS_OUTBOX, "outbox.relay_batch", "outbox")
+            send_task(REDIS_OUTBOX, TaskName.RELAY_BATCH, "outbox")
             held = _freeze_inside_a_batch(frozen.pid, frozen.signal)
             stopped_at = time.monotonic()
             loop_env = child_env(tmp_path, "fault-relay-loop", **env)

@@ -13,13 +13,14 @@ from django.test.utils import CaptureQueriesContext
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from outbox.kafka import DeliveryFailure
-from outbox.locks import _CLAIM_SQL, RECORDS_PER_KEY, ClaimedRecord
+from outbox.locks import _CLAIM_SQL, RECORDS_PER_KEY
 from outbox.models import KafkaEventOutbox
 from outbox.services.relay import (
     claim_outbox_records,
     relay_outbox_batch,
     settle_outbox_records,
 )
+from outbox.sql import ClaimedRecord
 from runs.models import Run
 from tests.outbox.builders import append_logs, claimed_run
 from tests.runs.threads import race

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from dispatch.services.launch import dispatch_batch, worker_owner
+from agentrun.leases import lease_owner
+from dispatch.services.launch import dispatch_batch
 
 
 class Command(BaseCommand):
@@ -18,7 +19,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the counts as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        counts = dispatch_batch(owner=worker_owner("cli"), limit=options["limit"]).as_dict()
+        counts = dispatch_batch(
+            owner=lease_owner("dispatch", tag="cli"), limit=options["limit"]
+        ).as_dict()
         if options["json"]:
             self.stdout.write(json.dumps(counts))
         else:

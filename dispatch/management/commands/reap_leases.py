@@ -7,10 +7,10 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
+from agentrun import conf
 from runs.services.reaper import expired_lease_run_ids, reap_expired_leases
 
 
@@ -18,8 +18,8 @@ class Command(BaseCommand):
     help = "Fail (infra-failed) claimed runs whose lease expired without a heartbeat."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--limit", type=int, default=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE)
-        parser.add_argument("--grace-ms", type=int, default=settings.AGENTRUN_LEASE_REAP_GRACE_MS)
+        parser.add_argument("--limit", type=int, default=conf.maintenance_batch_size())
+        parser.add_argument("--grace-ms", type=int, default=conf.lease_reap_grace_ms())
         parser.add_argument("--dry-run", action="store_true", help="list, change nothing")
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from agentrun import conf
 from dispatch.services.reconcile import reconcile_runner_jobs
 
 
@@ -16,8 +16,8 @@ class Command(BaseCommand):
     help = "Reconcile runner jobs with their launchers; fail runs whose runner job is gone."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--limit", type=int, default=settings.AGENTRUN_MAINTENANCE_BATCH_SIZE)
-        parser.add_argument("--grace-ms", type=int, default=settings.AGENTRUN_RECONCILE_GRACE_MS)
+        parser.add_argument("--limit", type=int, default=conf.maintenance_batch_size())
+        parser.add_argument("--grace-ms", type=int, default=conf.reconcile_grace_ms())
         parser.add_argument("--dry-run", action="store_true", help="observe, change nothing")
         parser.add_argument("--json", action="store_true", help="print the counts as JSON")
 

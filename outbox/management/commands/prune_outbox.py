@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agentrun import conf
 from outbox.selectors import count_prunable
 from outbox.services.prune import prune_cutoff, prune_delivered_outbox
 
@@ -23,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--retention-days",
             type=int,
-            default=settings.AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS,
+            default=conf.outbox_retention_days(),
             help="keep delivered records this many days (default: the setting)",
         )
         parser.add_argument("--batch-size", type=int, default=1_000)

@@ -10,10 +10,10 @@ import time
 from types import FrameType
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import InterfaceError, OperationalError, close_old_connections
 
+from agentrun import conf
 from queues.services.scheduler import scheduler_pass
 
 logger = logging.getLogger("queues.scheduler")
@@ -23,7 +23,7 @@ class Command(BaseCommand):
     help = "Start a batch of pending work-queue tasks (priority first, then age)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--limit", type=int, default=settings.AGENTRUN_QUEUE_BATCH_SIZE)
+        parser.add_argument("--limit", type=int, default=conf.queue_batch_size())
         parser.add_argument("--json", action="store_true", help="print the counts as JSON")
         parser.add_argument("--loop", action="store_true", help="repeat until SIGTERM")
         parser.add_argument("--interval", type=float, default=2.0, help="idle sleep, seconds")

@@ -1,0 +1,111 @@
+"""The outbox's raw SQL that takes no lock: the writer's sequence batch and the relay's
+retry statement, plus the shape of a claimed record that every relay statement reads.
+
+- `reserve_outbox_seqs` draws a batch of values from the global sequence in one query (the
+  writer calls it under the key lock of `outbox.locks`, which is what orders a key's values).
+- `retry_claims` sends a batch back to retry in one statement, every row fenced by its
+  claim's (id, lease owner, attempt count) and a live lease; it runs in the relay's settle
+  transaction. `update_by_tokens` runs it (and `outbox.locks.complete_claims`) over the
+  batch's tokens in one round trip.
+
+Why raw SQL: this is the measured hot path (a relay batch is a claim and two settle
+statements, whatever its size). The ORM cannot express `nextval` on a named sequence, or
+an `UPDATE … FROM` a set of rows that gives every row its own fencing token. Statements
+that lock rows (the claim's `SKIP LOCKED`, the completion's `FOR UPDATE`) are in
+`outbox.locks`, as house rule 8 requires.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from django.db import connection
+
+from outbox.models import OUTBOX_SEQUENCE
+
+
+class ClaimedRecord(NamedTuple):
+    """One leased outbox record: what the relay sends, and its fencing token (id,
+    lease_owner, attempt_count). A tuple: a claim makes hundreds at a time."""
+
+    id: str
+    event_id: str
+    run_id: str
+    topic: str
+    partition_key: str
+    outbox_seq: int
+    attempt_count: int
+    lease_owner: str
+    value: str  # the envelope's JSON text, as PostgreSQL prints the jsonb column
+    headers: dict[str, Any]
+
+
+def reserve_outbox_seqs(count: int) -> list[int]:
+    """Draw `count` values of the global outbox sequence, ascending. Call it under the key
+    lock so that the values of a key follow commit order."""
+    with connection.cursor() as cursor:
+        # Raw SQL: one round trip for the whole batch; the ORM has no nextval().
+        cursor.execute(
+            "SELECT nextval(%s::regclass) FROM generate_series(1, %s)",
+            [OUTBOX_SEQUENCE, count],
+        )
+        return sorted(int(row[0]) for row in cursor.fetchall())
+
+
+# Back to retry (seed `retryKafkaEventOutbox`): each row fenced by its own token, given its
+# own error and its key's backoff. No row lock beyond the UPDATE's own: a refused row is
+# simply not matched.
+_RETRY_SQL = """
+UPDATE agentrun_kafka_event_outbox o
+SET lease_owner = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at = statement_timestamp() + (token.delay_ms * interval '1 millisecond'),
+    last_error = token.last_error,
+    updated_at = statement_timestamp()
+FROM jsonb_to_recordset(%(tokens)s::jsonb)
+  AS token(id text, lease_owner text, attempt_count int, delay_ms int, last_error jsonb)
+WHERE o.id = token.id
+  AND o.lease_owner = token.lease_owner
+  AND o.attempt_count = token.attempt_count
+  AND o.delivered_at IS NULL
+  AND o.lease_expires_at > statement_timestamp()
+RETURNING o.id
+"""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One claim to send back to retry after `delay_ms`, recording `last_error`."""
+
+    claim: ClaimedRecord
+    delay_ms: int
+    last_error: dict[str, Any]
+
+
+def retry_claims(retries: list[Retry]) -> set[str]:
+    """Release the claims whose token holds for a retry after their delay; returns their
+    ids. Must be called inside the settle transaction."""
+    if not retries:
+        return set()
+    tokens = [
+        {
+            "id": r.claim.id,
+            "lease_owner": r.claim.lease_owner,
+            "attempt_count": r.claim.attempt_count,
+            "delay_ms": r.delay_ms,
+            "last_error": r.last_error,
+        }
+        for r in retries
+    ]
+    return update_by_tokens(_RETRY_SQL, tokens)
+
+
+def update_by_tokens(sql: str, tokens: list[dict[str, Any]]) -> set[str]:
+    """Run a settle UPDATE over its claims' tokens; the ids it changed."""
+    with connection.cursor() as cursor:
+        # One JSON text, not one array per field: the connection binds parameters client
+        # side, and quoting thousands of array elements cost more than the statement.
+        cursor.execute(sql, {"tokens": json.dumps(tokens)})
+        return {row[0] for row in cursor.fetchall()}

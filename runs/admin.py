@@ -27,7 +27,7 @@ from agentrun.admin_console import (
     recent_table,
     short_json,
 )
-from queues.services.projection import task_id_of
+from queues.projection import task_id_of
 from runs.models import Backend, CancelRequest, Command, Event, Lease, Run, Runner, RunnerJob
 from runs.services.cancel import cancel_run
 

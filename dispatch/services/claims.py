@@ -29,11 +29,11 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError, not_found
+from dispatch.intents import fence_open_intents_locked
 from dispatch.launchers.base import Launched
 from dispatch.locks import claim_due_intents, lock_intent, lock_intents
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
-from dispatch.services.intents import fence_open_intents_locked
 from runs.locks import lock_command, lock_commands, lock_run, lock_runs
 from runs.models import Command, Run, RunnerJob
 from runs.services.events import NewEvent, RunEvents, append_events_to_runs_locked

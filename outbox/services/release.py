@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 
 from agentrun.errors import not_found
 from outbox.models import KafkaEventOutbox
-from outbox.services.record import wake_relay
+from outbox.record import wake_relay
 
 
 @dataclass(frozen=True)

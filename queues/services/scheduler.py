@@ -34,7 +34,7 @@ from agentrun.errors import AgentRunError
 from agentrun.locks import LockKey, advisory_xact_lock
 from queues.locks import claim_next_pending
 from queues.models import QueueTask
-from queues.services.projection import reconcile_projections
+from queues.services.reconcile import reconcile_projections
 from queues.services.transitions import insert_attempt_locked, move_task_locked
 from queues.services.turns import StartedTurn, start_task_turn_locked
 

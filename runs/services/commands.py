@@ -10,7 +10,7 @@ of a run appends `backend_status {phase: run-created}`; every command appends
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import Max
@@ -19,7 +19,7 @@ from django.utils import timezone
 from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
-from dispatch.services import intents
+from dispatch import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
 from runs.services.events import (
@@ -30,8 +30,10 @@ from runs.services.events import (
 )
 from runs.services.fencing import late_write_payload
 from runs.services.terminal import TurnResult, record_thread_locked
-from sessions.models import Session
-from sessions.services import projection
+from sessions import projection
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 _STATE_FROM_TERMINAL = {"completed": "completed", "cancelled": "cancelled"}
 

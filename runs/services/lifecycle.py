@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -21,7 +21,7 @@ from agentrun.errors import conflict, invalid, lease_conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
-from dispatch.services import intents
+from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
 from runs.services.events import PendingEvents, append_event_locked, fence_runner_write
@@ -33,8 +33,10 @@ from runs.services.terminal import (
     release_claim_locked,
     terminalize_run_locked,
 )
-from sessions.models import Session
-from sessions.services import projection
+from sessions import projection
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 # `TurnResult` and `terminalize_run_locked` live in `runs.services.terminal` and are
 # exported here too, where callers have always found them.

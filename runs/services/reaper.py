@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -32,7 +32,9 @@ from runs.services.terminal import (
     release_claim_locked,
     terminalize_run_locked,
 )
-from sessions.models import Session
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 
 @dataclass

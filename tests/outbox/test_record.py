@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from outbox.models import KafkaEventOutbox
-from outbox.services.record import wake_relay
+from outbox.record import wake_relay
 from runs.models import Event
 from runs.services.commands import create_command
 from tests.outbox.builders import append_logs, claimed_run

@@ -18,7 +18,8 @@ from queues.services.tasks import TaskSpec, create_task
 from runs.services.commands import create_command
 from runs.services.lifecycle import claim_run
 from runs.services.runners import RunnerJobSpec, save_runner_job
-from sessions.services.admission import TurnRequest, admit_turn
+from sessions.services.admission import admit_turn
+from sessions.turns import TurnRequest
 from tests.builders import make_run, run_spec
 
 API = "/api/v1"

@@ -63,7 +63,8 @@ class Load:
         return f"{self.runner_id}-{self.seq}"
 
     def turn(self) -> None:
-        from sessions.services.admission import TurnRequest, admit_turn
+        from sessions.services.admission import admit_turn
+        from sessions.turns import TurnRequest
         from tests.builders import run_spec
 
         session = self.rng.choice(SESSIONS)

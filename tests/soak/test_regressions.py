@@ -27,7 +27,8 @@ from runs.services.events import NewEvent, append_event_locked, append_runner_ev
 from runs.services.lifecycle import TurnResult, claim_run, finish_run
 from sessions.locks import lock_session
 from sessions.models import Session
-from sessions.services.admission import TurnRequest, admit_turn
+from sessions.services.admission import admit_turn
+from sessions.turns import TurnRequest
 from tests.builders import run_spec
 
 TENANT = "tenant-a"

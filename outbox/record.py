@@ -1,6 +1,12 @@
 """Recording outbox records in the event's own transaction (seed `appendEventWithLockedRun`).
 
-`record_outbox_locked` is not a service of its own: `runs.services.events` calls it right
+This is the outbox module of the projection tier (SPEC §9.1): functions the `runs`
+services call inside the run's transaction, in lock order (run → commands → session →
+queue → key lock; the outbox key lock comes last), each named `*_locked`. A projection
+module imports only the models, locks and versions of `runs` and of its own app, plus
+`agentrun` (`tests/test_projection_layers.py`).
+
+`record_outbox_locked` is not a service of its own: the runs event append calls it right
 after it inserts a batch of events, inside the caller's transaction and under the run's
 row lock, so the records commit or roll back with their events. Per call it takes one
 advisory lock, draws one batch of sequence values and makes one bulk insert, whatever the

@@ -23,7 +23,7 @@ from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.services.claims import IntentClaim, LockedClaim, lock_claim_locked
 from runs.models import Command, CommandState, FailureKind, Run
 from runs.services.events import NewEvent, append_event_locked, append_events_locked
-from runs.services.lifecycle import TurnResult, terminalize_run_locked
+from runs.services.terminal import TurnResult, terminalize_run_locked
 
 
 def backoff_ms(attempt_count: int, *, base_ms: int, cap_ms: int) -> int:

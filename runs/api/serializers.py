@@ -23,7 +23,8 @@ from runs.models import (
     RunnerJob,
 )
 from runs.services.events import NewEvent
-from runs.services.lifecycle import RunSpec, TurnResult
+from runs.services.lifecycle import RunSpec
+from runs.services.terminal import TurnResult
 
 EVENT_PAYLOAD_MAX = 1 * MIB
 COMMAND_PAYLOAD_MAX = 256 * KIB

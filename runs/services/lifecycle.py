@@ -38,20 +38,6 @@ from sessions import projection
 if TYPE_CHECKING:
     from sessions.models import Session
 
-# `TurnResult` and `terminalize_run_locked` live in `runs.services.terminal` and are
-# exported here too, where callers have always found them.
-__all__ = [
-    "CreatedRun",
-    "RunSpec",
-    "TurnResult",
-    "claim_run",
-    "create_run",
-    "create_run_locked",
-    "finish_run",
-    "heartbeat_run",
-    "run_fingerprint",
-    "terminalize_run_locked",
-]
 
 log = logging.getLogger("agentrun.runs")
 

@@ -150,15 +150,6 @@ def _evict_locked(session: Session) -> None:
     )
 
 
-def expired_storage_sessions(*, now: datetime, limit: int) -> list[Session]:
-    """Sessions past `expires_at` that still hold storage, oldest first."""
-    return list(
-        Session.objects.filter(
-            storage_kind__in=[StorageKind.LOCAL, StorageKind.PVC], expires_at__lte=now
-        ).order_by("updated_at")[:limit]
-    )
-
-
 def gc_expired_local_storage(*, limit: int = 100, dry_run: bool = False) -> dict[str, int]:
     """Evict up to `limit` expired `local` sessions: mark each evicted, then delete its
     directory. PVC storage is the Kubernetes launcher's to delete; it is only counted.

@@ -115,7 +115,8 @@ class Load:
         """Claim a live run (short lease) and take its next command one step further."""
         from runs.models import Command
         from runs.services.commands import ack_command, finish_command
-        from runs.services.lifecycle import TurnResult, claim_run, finish_run
+        from runs.services.lifecycle import claim_run, finish_run
+        from runs.services.terminal import TurnResult
 
         run = self._live_run()
         if run is None:

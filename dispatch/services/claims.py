@@ -36,7 +36,7 @@ from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
 from runs.locks import lock_command, lock_commands, lock_run, lock_runs
 from runs.models import Command, Run, RunnerJob
-from runs.services.events import NewEvent, RunEvents, append_events_to_runs_locked
+from runs.services.event_log import NewEvent, RunEvents, append_events_to_runs_locked
 from runs.services.runners import NewRunnerJob, RunnerJobSpec, save_runner_jobs_locked
 
 

@@ -22,7 +22,7 @@ from agentrun.redaction import redact_json
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.services.claims import IntentClaim, LockedClaim, lock_claim_locked
 from runs.models import Command, CommandState, FailureKind, Run
-from runs.services.events import NewEvent, append_event_locked, append_events_locked
+from runs.services.event_log import NewEvent, append_event_locked, append_events_locked
 from runs.services.terminal import TurnResult, terminalize_run_locked
 
 

@@ -22,7 +22,7 @@ from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.wakeup import wake_dispatcher
 from runs.locks import lock_run
 from runs.models import Run
-from runs.services.events import append_event_locked
+from runs.services.event_log import append_event_locked
 
 WAITING_STATES = (IntentState.PENDING, IntentState.RETRY)
 

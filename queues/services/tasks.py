@@ -31,7 +31,7 @@ from queues.versions import next_queue_version
 from queues.wakeup import wake_scheduler
 from runs.locks import lock_run
 from runs.models import Backend, Run
-from runs.services.cancel import cancel_run_locked
+from runs.services.cancellation import cancel_run_locked
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dispatch.selectors import intent_of
 from queues.models import QueueTask
 from runs.locks import lock_run
 from runs.models import Command, Run
-from runs.services.commands import create_command_locked
+from runs.services.command_lifecycle import create_command_locked
 from runs.services.lifecycle import RunSpec, create_run_locked
 from sessions.models import Session
 from sessions.services.admission import admit_turn_locked

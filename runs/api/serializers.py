@@ -22,7 +22,7 @@ from runs.models import (
     Runner,
     RunnerJob,
 )
-from runs.services.events import NewEvent
+from runs.services.event_log import NewEvent
 from runs.services.lifecycle import RunSpec
 from runs.services.terminal import TurnResult
 

@@ -3,7 +3,7 @@
 Status moves `pending → claimed → running → terminal` and never out of terminal. A claim
 sets `claimed_by`, the lease expiry and a new `lease_epoch`, mirrored in `agentrun_leases`
 for the reaper's index. Runner writes are checked against the live claim by
-`events.fence_runner_write`; a refused write is recorded, committed, then raised. Ending
+`event_log.fence_runner_write`; a refused write is recorded, committed, then raised. Ending
 a run (its status, open commands, claim and thread) is `runs.services.terminal`.
 """
 
@@ -24,7 +24,7 @@ from agentrun.locks import LockKey, advisory_xact_lock
 from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
-from runs.services.events import PendingEvents, append_event_locked, fence_runner_write
+from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
 from runs.services.terminal import (
     TurnResult,

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
 from runs.models import CommandState, FailureKind, Run, RunStatus
-from runs.services.events import PendingEvents, collecting
+from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,

@@ -21,7 +21,7 @@ from agentrun.redaction import redact_text
 from dispatch import intents
 from queues import projection as queue_projection
 from runs.models import Command, CommandState, Lease, Run
-from runs.services.events import PendingEvents, collecting
+from runs.services.event_log import PendingEvents, collecting
 from sessions import projection
 
 if TYPE_CHECKING:

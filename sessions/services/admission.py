@@ -37,9 +37,9 @@ from dispatch import intents
 from dispatch.selectors import intent_of
 from runs.locks import lock_command, lock_run
 from runs.models import Command, Run
-from runs.services.cancel import cancel_run_locked
-from runs.services.commands import create_command_locked
-from runs.services.events import PendingEvents
+from runs.services.cancellation import cancel_run_locked
+from runs.services.command_lifecycle import create_command_locked
+from runs.services.event_log import PendingEvents
 from runs.services.lifecycle import create_run_locked, run_fingerprint
 from sessions.locks import lock_session
 from sessions.models import Session

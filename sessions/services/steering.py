@@ -13,8 +13,8 @@ from django.db import transaction
 
 from agentrun.errors import conflict, not_found
 from agentrun.locks import LockKey, advisory_xact_lock
-from runs.services.cancel import CancelOutcome, cancel_run_locked
-from runs.services.commands import CreatedCommand, create_command_locked
+from runs.services.cancellation import CancelOutcome, cancel_run_locked
+from runs.services.command_lifecycle import CreatedCommand, create_command_locked
 from sessions.models import Session
 from sessions.services.admission import ActiveTurn, lock_active_turn
 

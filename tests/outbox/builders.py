@@ -10,7 +10,7 @@ from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from runs.models import Event, Run
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from runs.services.lifecycle import claim_run
 from tests.builders import make_run
 from tests.support.kafka_broker import KafkaBroker

@@ -13,7 +13,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 from outbox.models import KafkaEventOutbox
 from outbox.record import wake_relay
 from runs.models import Event
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from tests.outbox.builders import append_logs, claimed_run
 
 

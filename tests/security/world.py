@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from queues.models import QueueAttempt
 from queues.services.scheduler import schedule_batch
 from queues.services.tasks import TaskSpec, create_task
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from runs.services.lifecycle import claim_run
 from runs.services.runners import RunnerJobSpec, save_runner_job
 from sessions.services.admission import admit_turn

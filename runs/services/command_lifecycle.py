@@ -22,7 +22,7 @@ from agentrun.ids import new_id
 from dispatch import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
-from runs.services.events import (
+from runs.services.event_log import (
     PendingEvents,
     append_event_locked,
     collecting,

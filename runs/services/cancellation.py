@@ -24,7 +24,7 @@ from dispatch import intents
 from queues import projection as queue_projection
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
 from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
-from runs.services.events import PendingEvents, collecting
+from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import TurnResult, release_claim_locked, terminalize_run_locked
 from sessions import projection
 

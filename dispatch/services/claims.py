@@ -117,7 +117,7 @@ class LockedClaim:
 def claim_intents(*, owner: str, lease_ms: int, limit: int) -> list[IntentClaim]:
     """Claim up to `limit` due intents for `owner` (one transaction; SKIP LOCKED, so many
     workers claim disjoint batches without waiting). Returns them oldest due first."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         rows = claim_due_intents(owner=owner, lease_ms=lease_ms, limit=max(1, min(limit, 500)))
     return [IntentClaim.from_row(row) for row in rows]
 
@@ -193,7 +193,7 @@ def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     """
     ordered = sorted(completions, key=lambda c: (c.claim.run_id, c.claim.id))
     outcome = CompletionOutcome()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         live: list[tuple[Completion, LockedClaim]] = []
         for item, locked in zip(
             ordered, lock_claims_locked([item.claim for item in ordered]), strict=True
@@ -305,7 +305,7 @@ def defer_intents(*, claims: list[IntentClaim], delay_ms: int, why: dict[str, An
     """
     now = timezone.now()
     deferred = 0
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         for claim in claims:
             deferred += RunnerDispatchIntent.objects.filter(
                 pk=claim.id,

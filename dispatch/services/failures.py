@@ -41,7 +41,7 @@ def retry_intent(
     Locks: run → command → intent. Side effects: `last_error` (redacted) and a
     `backend_status {phase: runner-dispatch-retry}` event. Errors: `StaleClaimError`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         locked = lock_claim_locked(claim)
         if locked.refusal is None:
             _retry_locked(locked, claim, redact_json(error), delay_ms)
@@ -107,7 +107,7 @@ def terminalize_intent(*, claim: IntentClaim, error: dict[str, Any]) -> Terminal
     fences the run's other open intents and projects the run onto its session.
     Errors: `StaleClaimError` when the claim is stale or was fenced.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         locked = lock_claim_locked(claim)
         if locked.refusal is None:
             _terminalize_locked(locked, redact_json(error))

@@ -102,7 +102,7 @@ def scheduler_pass(*, limit: int) -> dict[str, int]:
 def schedule_next(*, skip_ids: list[str], limits: dict[str, int]) -> tuple[str, str] | None:
     """Claim and start one task in its own transaction; None when none is eligible.
     Returns the task id and `started`, `failed`, `queue_full` or `session_busy`."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         task = claim_next_pending(skip_ids=skip_ids, full_queues=full_queues(limits))
         if task is None:
             return None

@@ -52,7 +52,7 @@ def cancel_run(*, run_id: str, reason: str, requested_by: str | None = None) -> 
     as it is (its leftover claim is released); the outcome then carries its latest cancel
     request.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         outcome = cancel_run_locked(lock_run(run_id), reason=reason, requested_by=requested_by)
     log.info(
         "run cancel requested",
@@ -111,7 +111,7 @@ def cancel_command(
 
     Locks: the run row, then the command.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_of_command(command_id)
         if run.is_terminal:
             release_claim_locked(run)

@@ -58,7 +58,7 @@ def create_command(
     intent in the same transaction. Locks: the run row. Errors: 404; 409 on a terminal
     run; 409 when the idempotency key was used with another type, payload or dispatch.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         return create_command_locked(
             run, type=type, payload=payload, idempotency_key=idempotency_key, dispatch=dispatch
@@ -192,7 +192,7 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
 
     Locks: the run row, then the command. Errors: 404; 409 `stale_lease`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_of_command(command_id)
         command = lock_command(command_id, run=run)
         refusal = fence_runner_write(
@@ -226,7 +226,7 @@ def finish_command(
     cancelled and the report is not a cancel, a `late-write-rejected` event records it.
     Errors: 404; 409 `stale_lease`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_of_command(command_id)
         command = lock_command(command_id, run=run)
         refusal = fence_runner_write(

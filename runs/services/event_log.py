@@ -239,7 +239,7 @@ def append_runner_events(
     rejects unknown and server-only event types with a 400 before this is called.
     """
     assert all(event.type in RUNNER_EVENT_TYPES for event in events)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         refusal = fence_runner_write(
             run,

@@ -101,7 +101,7 @@ def create_run(*, tenant_id: str, spec: RunSpec, run_id: str | None = None) -> C
     replays of one id serialise; the session row. Errors: 400 unknown backend profile; 409
     when the reserved id exists with a different input; 409 `session_boundary`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         return create_run_locked(tenant_id=tenant_id, spec=spec, run_id=run_id)
 
 
@@ -161,7 +161,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
     `runner-lease-conflict` while another runner holds an unexpired lease.
     Side effects: upserts `agentrun_leases`, appends `backend_status {phase: run-claimed}`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         if run.is_terminal:
             raise conflict(
@@ -215,7 +215,7 @@ def heartbeat_run(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: in
 
     Locks: the run row. Errors: 404; 409 `stale_lease` when the claim is not current.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         refusal = fence_runner_write(
             run, runner_id=runner_id, lease_epoch=lease_epoch, source="heartbeat"
@@ -241,7 +241,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     releases a leftover claim; if the run was cancelled and the report is not a cancel, a
     `late-write-rejected` event records what was refused. Errors: 404; 409 `stale_lease`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         commands = lock_run_commands(run)
         refusal = fence_runner_write(

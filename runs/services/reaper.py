@@ -75,7 +75,7 @@ def reap_expired_leases(*, limit: int, grace_ms: int) -> ReapCounts:
 
 
 def _reap_one(run_id: str, cutoff: datetime) -> bool:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_unless_busy(run_id)
         if run is None or run.is_terminal or run.claimed_by is None:
             return False
@@ -104,7 +104,7 @@ def terminalize_abandoned_run(*, run_id: str, reason: str, **facts: Any) -> bool
 
     Locks: the run row, then its commands. Errors: 404 for an unknown run.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         if run.is_terminal:
             release_claim_locked(run)

@@ -36,7 +36,7 @@ def admit_steer(
 ) -> CreatedCommand:
     """Append a steer to the active turn. Locks: the session's admission lock, the active
     run, its command, the session row. Errors: 404; 409 `no_active_turn`; 409 `stale_turn`."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
         active = _active_turn(session_id, tenant_id)
         if active is None:
@@ -63,7 +63,7 @@ def cancel_session(
     *, session_id: str, tenant_id: str | None, reason: str, requested_by: str | None
 ) -> CancelOutcome | None:
     """Cancel the session's active turn; None when it has none (nothing changes)."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
         active = _active_turn(session_id, tenant_id)
         if active is None:

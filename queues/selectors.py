@@ -11,7 +11,7 @@ operator every tenant's; anything else is a 404. Two list orders, never mixed:
 
 Unscoped reads for the services and the projector (their callers have scoped already):
 `task_id_of` (the task a run projects onto), `has_queued_turns` and `queue_position` (a
-session's `when_busy=enqueue` backlog).
+session's `when_busy=enqueue` backlog), `full_queues` (the scheduler's capacity check).
 """
 
 from __future__ import annotations
@@ -213,3 +213,16 @@ def queue_position(task: QueueTask) -> int | None:
         Q(created_at__lt=task.created_at) | Q(created_at=task.created_at, id__lt=task.id)
     )
     return ahead.count() + 1
+
+
+def full_queues(limits: dict[str, int]) -> list[str]:
+    """The limited queues that have as many running tasks as their limit allows."""
+    if not limits:
+        return []
+    running = dict(
+        QueueTask.objects.filter(state="running", queue__in=list(limits))
+        .values("queue")
+        .annotate(count=Count("id"))
+        .values_list("queue", "count")
+    )
+    return [queue for queue, limit in limits.items() if running.get(queue, 0) >= limit]

@@ -24,7 +24,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
-from runs.models import CommandState, FailureKind, Run, RunStatus
+from runs.models import CommandState, FailureKind, Run
+from runs.selectors import expired_lease_run_ids
 from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import (
     TurnResult,
@@ -45,14 +46,6 @@ class ReapCounts:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def expired_lease_run_ids(*, cutoff: datetime, limit: int) -> list[str]:
-    """Claimed or running runs whose lease expired before `cutoff`, oldest first."""
-    runs = Run.objects.filter(
-        status__in=[RunStatus.CLAIMED, RunStatus.RUNNING], lease_expires_at__lte=cutoff
-    )
-    return list(runs.order_by("lease_expires_at").values_list("id", flat=True)[:limit])
 
 
 def reap_expired_leases(*, limit: int, grace_ms: int) -> ReapCounts:

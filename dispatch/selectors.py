@@ -1,4 +1,5 @@
-"""Reads of the dispatch app: capacity facts for the runner-create fence, and status.
+"""Reads of the dispatch app: capacity facts for the runner-create fence, a command's
+intent, and status.
 
 These are operator and worker reads, not tenant reads: nothing here is scoped to an API
 key (the status endpoint is operator only).
@@ -12,7 +13,7 @@ from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
-from runs.models import LIVE_RUN_STATUSES, Backend, Run, RunStatus
+from runs.models import LIVE_RUN_STATUSES, Backend, Command, Run, RunStatus
 
 
 def max_concurrent_runs(profile: str) -> int | None:
@@ -74,3 +75,8 @@ def dispatch_status() -> dict[str, Any]:
         "max_attempt_count": facts["max_attempt_count"] or 0,
         "oldest_pending_age_seconds": (now - oldest).total_seconds() if oldest else None,
     }
+
+
+def intent_of(command: Command) -> RunnerDispatchIntent | None:
+    """The command's dispatch intent (at most one per command), if it has one."""
+    return RunnerDispatchIntent.objects.filter(command=command).first()

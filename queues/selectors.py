@@ -8,6 +8,10 @@ operator every tenant's; anything else is a 404. Two list orders, never mixed:
   order. It first settles the version feed (`queues.versions`), so walking it never skips
   a change that commits late. (The seed paged its priority order with a version cursor,
   which skips tasks; that is not copied.)
+
+Unscoped reads for the services and the projector (their callers have scoped already):
+`task_id_of` (the task a run projects onto), `has_queued_turns` and `queue_position` (a
+session's `when_busy=enqueue` backlog), `full_queues` (the scheduler's capacity check).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -38,6 +43,7 @@ from agentrun.errors import not_found
 from agentrun.models import ApiKey, ApiKeyRole
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
 from queues.versions import settle_feed
+from runs.models import Run
 
 COMMANDER_SIZE = 20
 BACKLOG_ORDER = ("-priority", "created_at", "id")
@@ -175,3 +181,48 @@ def commander(*, tasks: QuerySet[QueueTask], reader_id: str | None) -> list[Queu
     )
     ranked = read.annotate(attention=attention).filter(attention__lt=3)
     return list(ranked.order_by("attention", *BACKLOG_ORDER)[:COMMANDER_SIZE])
+
+
+def task_id_of(run: Run) -> str | None:
+    """The task a run belongs to: the one its `trace_sink` names, else, for a session run,
+    the task of the attempt that ran it (a queued session turn is admitted with its
+    client's own trace sink; see `queues.services.turns`)."""
+    sink = run.trace_sink
+    task_id = sink.get("task_id") if isinstance(sink, dict) else None
+    if isinstance(task_id, str) and task_id:
+        return task_id
+    if run.session_id is None:
+        return None
+    attempt = QueueAttempt.objects.filter(run_id=run.id).values_list("task_id", flat=True)
+    return attempt.first()
+
+
+def has_queued_turns(session_id: str) -> bool:
+    """Whether a pending task waits for this session."""
+    pending = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
+    return pending.filter(sid=session_id, state="pending").exists()
+
+
+def queue_position(task: QueueTask) -> int | None:
+    """1-based place of a pending task among its session's pending tasks, oldest first
+    (the order the scheduler admits them in); None when the task is not pending."""
+    if task.state != "pending" or task.session_id is None:
+        return None
+    tasks = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
+    ahead = tasks.filter(sid=task.session_id, state="pending").filter(
+        Q(created_at__lt=task.created_at) | Q(created_at=task.created_at, id__lt=task.id)
+    )
+    return ahead.count() + 1
+
+
+def full_queues(limits: dict[str, int]) -> list[str]:
+    """The limited queues that have as many running tasks as their limit allows."""
+    if not limits:
+        return []
+    running = dict(
+        QueueTask.objects.filter(state="running", queue__in=list(limits))
+        .values("queue")
+        .annotate(count=Count("id"))
+        .values_list("queue", "count")
+    )
+    return [queue for queue, limit in limits.items() if running.get(queue, 0) >= limit]

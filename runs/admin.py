@@ -1,7 +1,7 @@
 """Admin for the runs app: an operator's view of runs and their parts.
 
 The store owns run, command and event state (the services write it), so every screen is
-read-only; the one write is the "cancel run" action, which calls `runs.services.cancel`
+read-only; the one write is the "cancel run" action, which calls `runs.services.cancellation`
 exactly as `POST /runs/{id}/cancel` does. A run's page links to its session, queue task,
 dispatch intents, outbox records, lease and runner jobs, and shows its latest commands and
 events (newest last) with links to the full, paged lists. The big tables (events,
@@ -28,9 +28,9 @@ from agentrun.admin_console import (
     recent_table,
     short_json,
 )
-from queues.services.projection import task_id_of
+from queues.projection import task_id_of
 from runs.models import Backend, CancelRequest, Command, Event, Lease, Run, Runner, RunnerJob
-from runs.services.cancel import cancel_run
+from runs.services.cancellation import cancel_run
 
 RECENT = 50
 

@@ -8,6 +8,7 @@ Anything outside the scope is a 404 raised here, never a 403 that reveals it exi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
@@ -218,3 +219,11 @@ def runner_jobs_for_reconciliation(*, limit: int) -> list[RunnerJob]:
 
 def backends() -> list[Backend]:
     return list(Backend.objects.order_by("profile"))
+
+
+def expired_lease_run_ids(*, cutoff: datetime, limit: int) -> list[str]:
+    """Claimed or running runs whose lease expired before `cutoff`, oldest first."""
+    runs = Run.objects.filter(
+        status__in=[RunStatus.CLAIMED, RunStatus.RUNNING], lease_expires_at__lte=cutoff
+    )
+    return list(runs.order_by("lease_expires_at").values_list("id", flat=True)[:limit])

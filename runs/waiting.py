@@ -35,7 +35,7 @@ from psycopg.rows import TupleRow
 from agentrun.errors import not_ready
 from agentrun.metrics import LONG_POLL_WAITERS
 from runs.models import Event
-from runs.services.events import RUN_CHANGE_CHANNEL
+from runs.services.event_log import RUN_CHANGE_CHANNEL
 
 log = logging.getLogger("agentrun.runs")
 RECONNECT_S = 0.5

@@ -8,8 +8,21 @@ visible change, so `version > cursor` is a change feed (see `sessions.versions`)
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.utils import timezone
+
+TITLE_MAX = 120
+
+
+def title_from_text(text: Any) -> str | None:
+    """A session (or queued turn) title from a turn's text: its first words on one line,
+    cut to `TITLE_MAX`; None for no text."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1] + "…"
 
 
 class ExecutionState(models.TextChoices):

@@ -23,6 +23,8 @@ CODE_PACKAGES = tuple(
         if (path / "__init__.py").is_file() and path.name != "tests"
     )
 )
+
+
 def imported_modules(package: str) -> dict[Path, set[str]]:
     """Each module of `package` (a top-level directory of the repository, migrations left
     out) → the absolute names of the modules it imports anywhere in its body."""

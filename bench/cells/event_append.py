@@ -1,6 +1,6 @@
 """Cell 1: event append, the service against the same transaction in raw SQL.
 
-agentrun: `runs.services.events.append_runner_events` (lock the run, check the claim,
+agentrun: `runs.services.event_log.append_runner_events` (lock the run, check the claim,
 next seq, insert, outbox record, touch the session, notify) from N threads, each thread
 appending to one of M runs (writer w -> run w % M), every run in its own session.
 
@@ -41,8 +41,8 @@ from bench.harness import (
 )
 from bench.profiling import print_summary, profiled
 from bench.queries import captured
-from runs.services import events as event_service
-from runs.services.events import RUN_CHANGE_CHANNEL, NewEvent, append_runner_events
+from runs.services import event_log as event_service
+from runs.services.event_log import RUN_CHANGE_CHANNEL, NewEvent, append_runner_events
 
 RUNS = 8
 _TEXT = "bench: compiling module 42 of 97, 1.3 MB written, cache warm, no warnings so far. " * 2

@@ -31,7 +31,7 @@ from django.db import connection
 from bench import env, fixtures
 from bench.cells.event_append import raw_append
 from bench.harness import CellReport, Figure, Ledger, Outcome, Sample, Scale, compare
-from runs.services.events import RUN_CHANGE_CHANNEL
+from runs.services.event_log import RUN_CHANGE_CHANNEL
 from runs.waiting import stop_run_change_listener, wait_for_event
 
 WAKE_TIMEOUT_S = 5.0

@@ -63,7 +63,7 @@ from bench.harness import (
     format_line,
     ratio_of,
 )
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 
 KEYS = 500
 _PAD = "x" * 600  # brings the CloudEvent to about 1 KB

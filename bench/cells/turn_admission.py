@@ -45,8 +45,9 @@ from bench.harness import (
 )
 from bench.profiling import print_summary, profiled
 from bench.queries import captured
-from runs.services.events import RUN_CHANGE_CHANNEL
-from sessions.services.admission import TurnRequest, admit_turn
+from runs.services.event_log import RUN_CHANGE_CHANNEL
+from sessions.services.admission import admit_turn
+from sessions.turns import TurnRequest
 
 SESSIONS, THREADS = 100, 8
 

@@ -29,14 +29,14 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError, not_found
+from dispatch.intents import fence_open_intents_locked
 from dispatch.launchers.base import Launched
 from dispatch.locks import claim_due_intents, lock_intent, lock_intents
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
-from dispatch.services.intents import fence_open_intents_locked
 from runs.locks import lock_command, lock_commands, lock_run, lock_runs
 from runs.models import Command, Run, RunnerJob
-from runs.services.events import NewEvent, RunEvents, append_events_to_runs_locked
+from runs.services.event_log import NewEvent, RunEvents, append_events_to_runs_locked
 from runs.services.runners import NewRunnerJob, RunnerJobSpec, save_runner_jobs_locked
 
 
@@ -117,7 +117,7 @@ class LockedClaim:
 def claim_intents(*, owner: str, lease_ms: int, limit: int) -> list[IntentClaim]:
     """Claim up to `limit` due intents for `owner` (one transaction; SKIP LOCKED, so many
     workers claim disjoint batches without waiting). Returns them oldest due first."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         rows = claim_due_intents(owner=owner, lease_ms=lease_ms, limit=max(1, min(limit, 500)))
     return [IntentClaim.from_row(row) for row in rows]
 
@@ -193,7 +193,7 @@ def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     """
     ordered = sorted(completions, key=lambda c: (c.claim.run_id, c.claim.id))
     outcome = CompletionOutcome()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         live: list[tuple[Completion, LockedClaim]] = []
         for item, locked in zip(
             ordered, lock_claims_locked([item.claim for item in ordered]), strict=True
@@ -305,7 +305,7 @@ def defer_intents(*, claims: list[IntentClaim], delay_ms: int, why: dict[str, An
     """
     now = timezone.now()
     deferred = 0
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         for claim in claims:
             deferred += RunnerDispatchIntent.objects.filter(
                 pk=claim.id,

@@ -20,8 +20,8 @@ from agentrun.redaction import redact_json
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.services.claims import IntentClaim, LockedClaim, lock_claim_locked
 from runs.models import Command, CommandState, FailureKind, Run
-from runs.services.events import NewEvent, append_event_locked, append_events_locked
-from runs.services.lifecycle import TurnResult, terminalize_run_locked
+from runs.services.event_log import NewEvent, append_event_locked, append_events_locked
+from runs.services.terminal import TurnResult, terminalize_run_locked
 
 
 def retry_intent(
@@ -32,7 +32,7 @@ def retry_intent(
     Locks: run → command → intent. Side effects: `last_error` (redacted) and a
     `backend_status {phase: runner-dispatch-retry}` event. Errors: `StaleClaimError`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         locked = lock_claim_locked(claim)
         if locked.refusal is None:
             _retry_locked(locked, claim, redact_json(error), delay_ms)
@@ -98,7 +98,7 @@ def terminalize_intent(*, claim: IntentClaim, error: dict[str, Any]) -> Terminal
     fences the run's other open intents and projects the run onto its session.
     Errors: `StaleClaimError` when the claim is stale or was fenced.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         locked = lock_claim_locked(claim)
         if locked.refusal is None:
             _terminalize_locked(locked, redact_json(error))

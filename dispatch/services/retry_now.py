@@ -22,7 +22,7 @@ from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.wakeup import wake_dispatcher
 from runs.locks import lock_run
 from runs.models import Run
-from runs.services.events import append_event_locked
+from runs.services.event_log import append_event_locked
 
 WAITING_STATES = (IntentState.PENDING, IntentState.RETRY)
 
@@ -47,7 +47,7 @@ def retry_intent_now(*, intent_id: str, requested_by: str) -> RetryNow:
     run_id = RunnerDispatchIntent.objects.filter(pk=intent_id).values_list("run_id", flat=True)
     if not run_id:
         raise not_found("dispatch intent", intent_id)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id[0])
         intent = lock_intent(intent_id)
         refusal = _refusal(run, intent)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from dispatch.intents import fence_open_intents_locked
 from dispatch.models import RunnerDispatchIntent
-from dispatch.services.intents import fence_open_intents_locked
 from outbox.services.release import release_outbox_record
 from queues.locks import lock_attempt_of_run, lock_task
 from queues.models import QueueAttempt
@@ -29,7 +29,7 @@ from runs.services.reaper import fail_run_locked
 from runs.services.terminal import release_claim_locked
 from sessions.locks import lock_session
 from sessions.models import Session
-from sessions.services.projection import project_turn_terminal_locked
+from sessions.projection import project_turn_terminal_locked
 
 DOCTOR = "agentrun_doctor"
 LEFT_ALONE = "no longer holds: left alone"

@@ -52,7 +52,7 @@ def prune_delivered_outbox(
 
 
 def _prune_batch(*, cutoff: datetime, batch_size: int) -> int:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         ids = list(
             KafkaEventOutbox.objects.filter(delivered_at__lt=cutoff)
             .order_by("delivered_at")

@@ -190,7 +190,7 @@ def claim_outbox_records(*, owner: str, limit: int, lease_ms: int) -> list[Claim
 
     Locks: `FOR UPDATE SKIP LOCKED` on the claimed rows until this transaction commits.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         return claim_due_records(owner=owner, lease_ms=lease_ms, limit=limit)
 
 
@@ -232,7 +232,7 @@ def settle_outbox_records(
         for key_no, items in enumerate(keys)
         for offset, claim in enumerate(_acked_prefix(items), start=1)
     ]
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         completed = complete_claims(completions)
         retried = retry_claims([r for items in keys for r in _retries_of(items, completed)])
     settled = Settled(

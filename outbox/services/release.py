@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from agentrun import conf
 from agentrun.errors import not_found
 from outbox.models import KafkaEventOutbox
-from outbox.services.record import wake_relay
+from outbox.record import wake_relay
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def release_outbox_record(*, record_id: str) -> Released:
         return Released(record_id, 0, "it was delivered already")
     unleased = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=Now())
     waiting = Q(next_attempt_at__gt=Now()) | Q(lease_owner__isnull=False)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         released = KafkaEventOutbox.objects.filter(
             unleased,
             waiting,

@@ -21,7 +21,7 @@ from agentrun.validation import validate_path_id
 from queues import selectors
 from queues.api import serializers as s
 from queues.models import QueueTask
-from queues.services import retry, tasks
+from queues.services import attempt_retries, tasks
 
 ATTEMPT = r"attempts/(?P<attempt_id>[^/]+)"
 ATTEMPT_ID = OpenApiParameter("attempt_id", str, OpenApiParameter.PATH)
@@ -115,7 +115,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str) -> Response:
         data = api.body(s.RetryIn, request).validated_data
-        reservation = retry.reserve_retry(
+        reservation = attempt_retries.reserve_retry(
             task_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
         )
         return api.created_or_replayed(reservation, s.ReservationOut, reservation.created)
@@ -124,7 +124,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"], url_path=f"{ATTEMPT}/activate")
     def activate(self, request: Request, pk: str, attempt_id: str) -> Response:
         api.body(s.ActivateIn, request)
-        activation = retry.activate_retry(
+        activation = attempt_retries.activate_retry(
             task_id=pk,
             attempt_id=validate_path_id(attempt_id, field="attempt_id"),
             tenant_id=api.tenant_scope(request_key(request)),
@@ -135,7 +135,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"], url_path=f"{ATTEMPT}/failure")
     def failure(self, request: Request, pk: str, attempt_id: str) -> Response:
         data = api.body(s.AttemptFailureIn, request).validated_data
-        attempt = retry.record_attempt_failure(
+        attempt = attempt_retries.record_attempt_failure(
             task_id=pk,
             attempt_id=validate_path_id(attempt_id, field="attempt_id"),
             tenant_id=api.tenant_scope(request_key(request)),

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from django.db.models import Count
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
 from agentrun.locks import LockKey, advisory_xact_lock
 from queues.locks import claim_next_pending
 from queues.models import QueueTask
-from queues.services.projection import reconcile_projections
+from queues.selectors import full_queues
+from queues.services.reconcile import reconcile_projections
 from queues.services.transitions import insert_attempt_locked, move_task_locked
 from queues.services.turns import StartedTurn, start_task_turn_locked
 
@@ -102,26 +102,13 @@ def scheduler_pass(*, limit: int) -> dict[str, int]:
 def schedule_next(*, skip_ids: list[str], limits: dict[str, int]) -> tuple[str, str] | None:
     """Claim and start one task in its own transaction; None when none is eligible.
     Returns the task id and `started`, `failed`, `queue_full` or `session_busy`."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         task = claim_next_pending(skip_ids=skip_ids, full_queues=full_queues(limits))
         if task is None:
             return None
         if not _slot_free(task, limits):
             return task.id, "queue_full"
         return task.id, _start(task)
-
-
-def full_queues(limits: dict[str, int]) -> list[str]:
-    """The limited queues that have as many running tasks as their limit allows."""
-    if not limits:
-        return []
-    running = dict(
-        QueueTask.objects.filter(state="running", queue__in=list(limits))
-        .values("queue")
-        .annotate(count=Count("id"))
-        .values_list("queue", "count")
-    )
-    return [queue for queue, limit in limits.items() if running.get(queue, 0) >= limit]
 
 
 def _slot_free(task: QueueTask, limits: dict[str, int]) -> bool:

@@ -1,33 +1,28 @@
 """Queued session turns: `when_busy=enqueue` files the turn as a task in the session's lane.
 
-Called by `sessions.services.admission.admit_turn` inside its transaction, under the
-session's admission lock, so concurrent enqueues to one session are serialised and the
-position they report is exact at commit. The task keeps everything the turn needs: the run
-spec (its refs, session and policy), the command payload and dispatch request, and in
-`metadata.session_turn` the turn's reserved run id, idempotency key and trace sink, which
-the scheduler passes to `admit_turn` unchanged when the session goes idle (so the client's
-own retry of the request replays the admitted turn). Replaying the same key
-returns the same task (its idempotency key is `session-turn:<session>:<key>`).
+This is the queue behind `sessions.turn_queue`: `SessionTurnQueue` is installed there by
+`queues.apps` (sessions sits below queues and cannot import it). Admission calls it inside
+its transaction, under the session's admission lock, so concurrent enqueues to one session
+are serialised and the position they report is exact at commit. The task keeps everything
+the turn needs: the run spec (its refs, session and policy), the command payload and
+dispatch request, and in `metadata.session_turn` the turn's reserved run id, idempotency
+key and trace sink, which the scheduler passes to `admit_turn_locked` unchanged when the
+session goes idle (so the client's own retry of the request replays the admitted turn).
+Replaying the same key returns the same task (its idempotency key is
+`session-turn:<session>:<key>`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import Q
-from django.db.models.fields.json import KT
 
 from queues.models import QueueTask
-from queues.services.projection import has_queued_turns
+from queues.selectors import has_queued_turns, queue_position
 from queues.services.tasks import TaskSpec, create_task_locked
-from sessions.services.projection import title_from_text
-
-__all__ = ["QueuedTurn", "enqueue_session_turn_locked", "has_queued_turns", "queue_position"]
-
-if TYPE_CHECKING:
-    from sessions.services.admission import TurnRequest
+from sessions.models import title_from_text
+from sessions.turns import Admission, TurnRequest
 
 
 @dataclass(frozen=True)
@@ -76,13 +71,12 @@ def enqueue_session_turn_locked(request: TurnRequest) -> QueuedTurn:
     return QueuedTurn(created.task, queue_position(created.task), created.created)
 
 
-def queue_position(task: QueueTask) -> int | None:
-    """1-based place of a pending task among its session's pending tasks, oldest first
-    (the order the scheduler admits them in); None when the task is not pending."""
-    if task.state != "pending" or task.session_id is None:
-        return None
-    tasks = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
-    ahead = tasks.filter(sid=task.session_id, state="pending").filter(
-        Q(created_at__lt=task.created_at) | Q(created_at=task.created_at, id__lt=task.id)
-    )
-    return ahead.count() + 1
+class SessionTurnQueue:
+    """`sessions.turn_queue.TurnQueue`, for admission's `when_busy=enqueue`."""
+
+    def has_queued_turns(self, session_id: str) -> bool:
+        return has_queued_turns(session_id)
+
+    def enqueue_turn_locked(self, request: TurnRequest) -> Admission:
+        queued = enqueue_session_turn_locked(request)
+        return Admission("queued", None, None, task_id=queued.task.id, position=queued.position)

@@ -31,7 +31,7 @@ from queues.versions import next_queue_version
 from queues.wakeup import wake_scheduler
 from runs.locks import lock_run
 from runs.models import Backend, Run
-from runs.services.cancel import cancel_run_locked
+from runs.services.cancellation import cancel_run_locked
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def create_task(*, tenant_id: str, spec: TaskSpec) -> CreatedTask:
     after commit: wakes the scheduler. Errors: 400 unknown backend profile; 409 when the
     key was used with another input.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         return create_task_locked(tenant_id=tenant_id, spec=spec)
 
 
@@ -165,7 +165,7 @@ def cancel_task(
     """
     for _ in range(3):
         try:
-            with transaction.atomic():
+            with transaction.atomic(durable=True):
                 return _cancel_once(task_id, tenant_id, reason=reason, requested_by=requested_by)
         except _TaskMoved:
             continue
@@ -238,7 +238,7 @@ def mark_task_read(*, task_id: str, tenant_id: str | None, reader_id: str) -> Qu
     Errors: 404.
     """
     task = get_task_in(task_id, tenant_id)
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
         # Raw SQL: an upsert that keeps the larger version, which the ORM cannot say.
         cursor.execute(
             """

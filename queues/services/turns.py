@@ -4,8 +4,8 @@ and a `turn` command, with the task's dispatch request (`{}` by default: launch 
 Not a service: it runs inside the scheduler's or retry activation's transaction, holding
 the task lock. The only run it locks is the one it has just created (the lock order is run
 → task). For a session task it first takes the session's admission lock and refuses
-(409 `session_busy`) while the session has an active turn, so `admit_turn` never needs to
-lock another turn's run.
+(409 `session_busy`) while the session has an active turn, so `admit_turn_locked` never
+needs to lock another turn's run.
 
 The run's `trace_sink` names the task and lane, which is how the run's terminalisation
 finds the task to project onto — except for the first start of a turn queued by
@@ -21,14 +21,15 @@ from typing import Any
 
 from agentrun.errors import conflict
 from agentrun.locks import LockKey, advisory_xact_lock
-from dispatch.services.intents import intent_of
+from dispatch.selectors import intent_of
 from queues.models import QueueTask
 from runs.locks import lock_run
 from runs.models import Command, Run
-from runs.services.commands import create_command_locked
+from runs.services.command_lifecycle import create_command_locked
 from runs.services.lifecycle import RunSpec, create_run_locked
 from sessions.models import Session
-from sessions.services.admission import TurnRequest, admit_turn
+from sessions.services.admission import admit_turn_locked
+from sessions.turns import TurnRequest
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,11 @@ def _start_session_turn(
     session's admission lock before looking, so the answer holds until commit."""
     session_id = task.session_id
     assert session_id is not None
-    advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)  # re-entered by admit_turn
+    advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)  # held for admit_turn_locked
     session = Session.objects.filter(pk=session_id).first()
     if session is not None and session.has_active_turn:
         raise conflict(f"session {session_id} is busy", code="session_busy")
-    admission = admit_turn(
+    admission = admit_turn_locked(
         request=TurnRequest(
             session_id=session_id,
             tenant_id=task.tenant_id,

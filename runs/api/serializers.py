@@ -22,8 +22,9 @@ from runs.models import (
     Runner,
     RunnerJob,
 )
-from runs.services.events import NewEvent
-from runs.services.lifecycle import RunSpec, TurnResult
+from runs.services.event_log import NewEvent
+from runs.services.lifecycle import RunSpec
+from runs.services.terminal import TurnResult
 
 EVENT_PAYLOAD_MAX = 1 * MIB
 COMMAND_PAYLOAD_MAX = 256 * KIB

@@ -24,7 +24,7 @@ from agentrun.schema import items_of
 from runs import selectors
 from runs.api import serializers as s
 from runs.api.filters import RunFilter, run_filter_parameters
-from runs.services import cancel, commands, events, lifecycle, runners
+from runs.services import cancellation, command_lifecycle, event_log, lifecycle, runners
 from runs.waiting import wait_for_event
 
 
@@ -96,7 +96,7 @@ class RunViewSet(api.ObjectViewSet):
         api_key = request_key(request)
         run = selectors.get_run_for(api_key=api_key, run_id=pk)
         body = api.body(s.CancelIn, request)
-        outcome = cancel.cancel_run(
+        outcome = cancellation.cancel_run(
             run_id=run.id, reason=body.validated_data["reason"], requested_by=api_key.id
         )
         return Response(s.CancelReceiptOut(outcome).data)
@@ -139,7 +139,7 @@ class RunViewSet(api.ObjectViewSet):
 
     def _append_events(self, request: Request, run_id: str) -> Response:
         body = api.body(s.EventAppendIn, request)
-        appended = events.append_runner_events(
+        appended = event_log.append_runner_events(
             run_id=run_id,
             runner_id=body.validated_data["runner_id"],
             lease_epoch=body.validated_data["lease_epoch"],
@@ -166,7 +166,7 @@ class RunViewSet(api.ObjectViewSet):
             items = selectors.commands_page(run=run, **query)
             return Response({"items": s.CommandOut(items, many=True).data})
         body = api.body(s.CommandCreateIn, request)
-        result = commands.create_command(run_id=run.id, **body.validated_data)
+        result = command_lifecycle.create_command(run_id=run.id, **body.validated_data)
         return api.created_or_replayed(result.command, s.CommandOut, result.created)
 
     @extend_schema(request=s.ClaimIn, responses=s.RunOut)
@@ -228,7 +228,7 @@ class CommandViewSet(api.ObjectViewSet):
     def ack(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
         body = api.body(s.RunnerWriteIn, request)
-        acked = commands.ack_command(command_id=command.id, **body.validated_data)
+        acked = command_lifecycle.ack_command(command_id=command.id, **body.validated_data)
         return Response(s.CommandOut(acked).data)
 
     @extend_schema(request=s.FinishIn, responses=s.CommandOut)
@@ -236,7 +236,7 @@ class CommandViewSet(api.ObjectViewSet):
     def finish(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
         body = api.body(s.FinishIn, request)
-        finished = commands.finish_command(
+        finished = command_lifecycle.finish_command(
             command_id=command.id,
             runner_id=body.validated_data["runner_id"],
             lease_epoch=body.validated_data["lease_epoch"],
@@ -250,7 +250,7 @@ class CommandViewSet(api.ObjectViewSet):
         api_key = request_key(request)
         command = selectors.get_command_for(api_key=api_key, command_id=pk)
         body = api.body(s.CancelIn, request)
-        outcome = cancel.cancel_command(
+        outcome = cancellation.cancel_command(
             command_id=command.id, reason=body.validated_data["reason"], requested_by=api_key.id
         )
         return Response(s.CancelReceiptOut(outcome).data)

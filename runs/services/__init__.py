@@ -1,12 +1,20 @@
 """Writes of the runs app, one module per action family.
 
-- `runs`: create, claim, heartbeat, finish (the run lifecycle and the lease protocol)
-- `commands`: create, ack, finish
-- `events`: append (and the locked append every other service uses)
-- `cancel`: cancel run, cancel command (staged cancel requests)
+- `lifecycle`: create, claim, heartbeat, finish (the run lifecycle and the lease protocol)
+- `terminal`: ending a run (its status, open commands, claim and thread)
+- `command_lifecycle`: create, ack, finish commands
+- `event_log`: append events (and the locked append every other service uses)
+- `cancellation`: cancel run, cancel command (staged cancel requests)
 - `runners`: register runner, runner jobs
+- `reaper`: fail runs whose lease expired
+
+Module names are not the API's action names (`cancel`, `commands`, `events`), so a view
+never imports a module under the name of one of its actions.
 
 Every public service is a plain function with keyword-only arguments that opens exactly
-one `transaction.atomic()` and takes its locks first: the run row (`runs.locks.lock_run`),
-then command rows. Nothing in here does network or subprocess I/O.
+one `transaction.atomic(durable=True)` (it is outermost: a caller already inside a
+transaction uses the `*_locked` twin) and takes its locks first: the run row
+(`runs.locks.lock_run`), then command rows. Writes to other apps go only through the
+projection tier (`sessions.projection`, `queues.projection`, `dispatch.intents`,
+`outbox.record`), in lock order. Nothing in here does network or subprocess I/O.
 """

@@ -3,7 +3,7 @@
 Status moves `pending → claimed → running → terminal` and never out of terminal. A claim
 sets `claimed_by`, the lease expiry and a new `lease_epoch`, mirrored in `agentrun_leases`
 for the reaper's index. Runner writes are checked against the live claim by
-`events.fence_runner_write`; a refused write is recorded, committed, then raised. Ending
+`event_log.fence_runner_write`; a refused write is recorded, committed, then raised. Ending
 a run (its status, open commands, claim and thread) is `runs.services.terminal`.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -21,10 +21,10 @@ from agentrun.errors import conflict, invalid, lease_conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
-from dispatch.services import intents
+from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
-from runs.services.events import PendingEvents, append_event_locked, fence_runner_write
+from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
 from runs.services.terminal import (
     TurnResult,
@@ -33,23 +33,11 @@ from runs.services.terminal import (
     release_claim_locked,
     terminalize_run_locked,
 )
-from sessions.models import Session
-from sessions.services import projection
+from sessions import projection
 
-# `TurnResult` and `terminalize_run_locked` live in `runs.services.terminal` and are
-# exported here too, where callers have always found them.
-__all__ = [
-    "CreatedRun",
-    "RunSpec",
-    "TurnResult",
-    "claim_run",
-    "create_run",
-    "create_run_locked",
-    "finish_run",
-    "heartbeat_run",
-    "run_fingerprint",
-    "terminalize_run_locked",
-]
+if TYPE_CHECKING:
+    from sessions.models import Session
+
 
 log = logging.getLogger("agentrun.runs")
 
@@ -113,7 +101,7 @@ def create_run(*, tenant_id: str, spec: RunSpec, run_id: str | None = None) -> C
     replays of one id serialise; the session row. Errors: 400 unknown backend profile; 409
     when the reserved id exists with a different input; 409 `session_boundary`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         return create_run_locked(tenant_id=tenant_id, spec=spec, run_id=run_id)
 
 
@@ -173,7 +161,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
     `runner-lease-conflict` while another runner holds an unexpired lease.
     Side effects: upserts `agentrun_leases`, appends `backend_status {phase: run-claimed}`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         if run.is_terminal:
             raise conflict(
@@ -227,7 +215,7 @@ def heartbeat_run(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: in
 
     Locks: the run row. Errors: 404; 409 `stale_lease` when the claim is not current.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         refusal = fence_runner_write(
             run, runner_id=runner_id, lease_epoch=lease_epoch, source="heartbeat"
@@ -253,7 +241,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     releases a leftover claim; if the run was cancelled and the report is not a cancel, a
     `late-write-rejected` event records what was refused. Errors: 404; 409 `stale_lease`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         commands = lock_run_commands(run)
         refusal = fence_runner_write(

@@ -18,21 +18,24 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
-from runs.models import CommandState, FailureKind, Run, RunStatus
-from runs.services.events import PendingEvents, collecting
+from runs.models import CommandState, FailureKind, Run
+from runs.selectors import expired_lease_run_ids
+from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,
     release_claim_locked,
     terminalize_run_locked,
 )
-from sessions.models import Session
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 
 @dataclass
@@ -43,14 +46,6 @@ class ReapCounts:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def expired_lease_run_ids(*, cutoff: datetime, limit: int) -> list[str]:
-    """Claimed or running runs whose lease expired before `cutoff`, oldest first."""
-    runs = Run.objects.filter(
-        status__in=[RunStatus.CLAIMED, RunStatus.RUNNING], lease_expires_at__lte=cutoff
-    )
-    return list(runs.order_by("lease_expires_at").values_list("id", flat=True)[:limit])
 
 
 def reap_expired_leases(*, limit: int, grace_ms: int) -> ReapCounts:
@@ -73,7 +68,7 @@ def reap_expired_leases(*, limit: int, grace_ms: int) -> ReapCounts:
 
 
 def _reap_one(run_id: str, cutoff: datetime) -> bool:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_unless_busy(run_id)
         if run is None or run.is_terminal or run.claimed_by is None:
             return False
@@ -102,7 +97,7 @@ def terminalize_abandoned_run(*, run_id: str, reason: str, **facts: Any) -> bool
 
     Locks: the run row, then its commands. Errors: 404 for an unknown run.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         if run.is_terminal:
             release_claim_locked(run)

@@ -32,7 +32,7 @@ def register_runner(
     Metadata is redacted. `registered_at` is kept from the first registration.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         runner, _ = Runner.objects.update_or_create(
             id=runner_id or new_id("runner"),
             defaults={
@@ -91,7 +91,7 @@ def save_runner_job(
     Locks: the run row. Errors: 404 unknown run or a command of another run; 409 when the
     key was used with a different job.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         item = NewRunnerJob(run, spec, idempotency_key)
         existing = _existing_jobs([item])
@@ -174,7 +174,7 @@ def _job_row(item: NewRunnerJob, payload_hash: str, now: datetime) -> RunnerJob:
 
 def patch_runner_job_result(*, runner_job_id: str, patch: dict[str, Any]) -> RunnerJob:
     """Merge `patch` into a job's result (seed `updateRunnerJobResult`). Locks: the job row."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         job = lock_runner_job(runner_job_id)
         job.result = {**job.result, **redact_json(patch)}
         job.updated_at = timezone.now()

@@ -13,17 +13,19 @@ otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from agentrun.redaction import redact_text
-from dispatch.services import intents
-from queues.services import projection as queue_projection
+from dispatch import intents
+from queues import projection as queue_projection
 from runs.models import Command, CommandState, Lease, Run
-from runs.services.events import PendingEvents, collecting
-from sessions.models import Session
-from sessions.services import projection
+from runs.services.event_log import PendingEvents, collecting
+from sessions import projection
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 
 @dataclass(frozen=True)

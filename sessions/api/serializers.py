@@ -19,8 +19,8 @@ from runs.api.serializers import (
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
 from sessions.selectors import SESSION_STATES, is_unread
-from sessions.services.admission import WHEN_BUSY
 from sessions.services.lifecycle import SessionFields, StorageFacts
+from sessions.turns import WHEN_BUSY
 
 # ---- input ---------------------------------------------------------------------------
 

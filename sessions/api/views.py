@@ -19,6 +19,7 @@ from runs.api.serializers import CommandOut
 from sessions import selectors
 from sessions.api import serializers as s
 from sessions.services import admission, lifecycle, steering
+from sessions.turns import TurnRequest
 
 
 def _event_page(session_id: str, run_id: str | None, items: list[Any], after: int) -> Response:
@@ -73,7 +74,7 @@ class SessionViewSet(api.ObjectViewSet):
         api_key = request_key(request)
         data = body.validated_data
         result = admission.admit_turn(
-            request=admission.TurnRequest(
+            request=TurnRequest(
                 session_id=pk,
                 tenant_id=api.tenant_for_write(api_key, data.get("tenant_id")),
                 spec=body.spec(pk),

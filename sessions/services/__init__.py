@@ -1,8 +1,11 @@
 """Writes of the sessions app.
 
-- `projection`: the session row as a projection of its runs, written from inside the runs
-  services' transactions (create or check on run creation, turn and steer commands,
-  claims, finishes, cancels, thread reports, event appends).
-- `admission`: turn admission and steering, serialised per session.
+- `admission`: turn admission (`admit_turn`, and `admit_turn_locked` for a caller already
+  holding the session's admission lock), serialised per session.
+- `steering`: steer and cancel a session's active turn.
 - `lifecycle`: upsert, mark read, storage refresh and eviction, GC of expired storage.
+- `stale`: replacing a turn whose runner lease expired.
+
+The session row as a projection of its runs is not a service: it is `sessions.projection`,
+written from inside the runs services' transactions.
 """

@@ -13,19 +13,19 @@ decides, from the current state and never from a client's stale view:
    expired is terminalised `infra-failed` and the new turn admitted; otherwise `when_busy`
    decides: `reject` (409 `session_busy`), `steer` (200 `steered`), `interrupt` (the
    active run is cancelled, 201 `interrupted_and_created`), `enqueue` (the turn is filed
-   as a work-queue task in the session's lane, 200 `queued` with its task id and
-   position; the scheduler admits queued turns one at a time, in order, as the session
-   goes idle);
+   as a work-queue task in the session's lane through `sessions.turn_queue`, 200 `queued`
+   with its task id and position; the scheduler admits queued turns one at a time, in
+   order, as the session goes idle);
 3. otherwise a new run and `turn` command (+ dispatch intent): 201 `created` — or, for
    `enqueue` while turns are already queued for the session, `queued` behind them.
 
 An `expected_turn_id` that is not the active turn's command id is a 409 `stale_turn`.
+The request and decision types are `sessions.turns`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -33,48 +33,20 @@ from django.utils import timezone
 from agentrun.errors import AgentRunError, conflict
 from agentrun.hashing import stable_hash
 from agentrun.locks import LockKey, advisory_xact_lock
-from dispatch.services import intents
-from queues.services.session_turns import enqueue_session_turn_locked, has_queued_turns
+from dispatch import intents
+from dispatch.selectors import intent_of
 from runs.locks import lock_command, lock_run
-from runs.models import CancelRequest, Command, Run
-from runs.services.cancel import cancel_run_locked
-from runs.services.commands import create_command_locked
-from runs.services.events import PendingEvents
-from runs.services.lifecycle import RunSpec, create_run_locked, run_fingerprint
+from runs.models import Command, Run
+from runs.services.cancellation import cancel_run_locked
+from runs.services.command_lifecycle import create_command_locked
+from runs.services.event_log import PendingEvents
+from runs.services.lifecycle import create_run_locked, run_fingerprint
 from sessions.locks import lock_session
 from sessions.models import Session
-from sessions.services.projection import check_boundary
+from sessions.projection import check_boundary
 from sessions.services.stale import terminalize_stale_turn_locked, turn_is_stale
-
-WHEN_BUSY = ("reject", "steer", "interrupt", "enqueue")
-
-
-@dataclass(frozen=True)
-class TurnRequest:
-    session_id: str
-    tenant_id: str
-    spec: RunSpec
-    payload: dict[str, Any]
-    run_id: str | None = None
-    idempotency_key: str | None = None
-    dispatch: dict[str, Any] | None = None
-    when_busy: str = "reject"
-    expected_turn_id: str | None = None
-    requested_by: str | None = None
-
-
-@dataclass(frozen=True)
-class Admission:
-    disposition: str
-    run: Run | None  # None when the turn was queued
-    command: Command | None
-    cancel_request: CancelRequest | None = None
-    task_id: str | None = None  # the work-queue task of a queued turn
-    position: int | None = None  # its place among the session's queued turns (1 = next)
-
-    @property
-    def created(self) -> bool:
-        return self.disposition in ("created", "interrupted_and_created")
+from sessions.turn_queue import turn_queue
+from sessions.turns import Admission, TurnRequest
 
 
 @dataclass(frozen=True)
@@ -85,23 +57,30 @@ class ActiveTurn:
 
 
 def admit_turn(*, request: TurnRequest) -> Admission:
-    """Admit a turn to a session. Locks: the session's admission lock, the active turn's
-    run and command, the session row. The events of every run it writes (the interrupted
-    or stale turn's, the new turn's) are appended together at the end. Errors: 409
-    `session_busy`, `stale_turn`, `session_boundary`, `idempotency_mismatch`."""
-    with transaction.atomic():
+    """Admit a turn to a session, in its own (outermost) transaction. Locks: the session's
+    admission lock, then those of `admit_turn_locked`. Errors: 409 `session_busy`,
+    `stale_turn`, `session_boundary`, `idempotency_mismatch`."""
+    with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, request.session_id)
-        observed = Session.objects.filter(pk=request.session_id).first()
-        if observed is not None:
-            check_boundary(
-                observed,
-                tenant_id=request.tenant_id,
-                project_id=request.spec.project_id,
-                backend=request.spec.backend_profile,
-            )
-        events = PendingEvents()
-        admission = _admit_locked(request, observed, events)
-        events.append_locked()
+        return admit_turn_locked(request=request)
+
+
+def admit_turn_locked(*, request: TurnRequest) -> Admission:
+    """`admit_turn` for a caller whose transaction already holds the session's admission
+    lock (the queue scheduler, which looks at the session under that lock first). Locks:
+    the active turn's run and command, the session row. The events of every run it writes
+    (the interrupted or stale turn's, the new turn's) are appended together at the end."""
+    observed = Session.objects.filter(pk=request.session_id).first()
+    if observed is not None:
+        check_boundary(
+            observed,
+            tenant_id=request.tenant_id,
+            project_id=request.spec.project_id,
+            backend=request.spec.backend_profile,
+        )
+    events = PendingEvents()
+    admission = _admit_locked(request, observed, events)
+    events.append_locked()
     return admission
 
 
@@ -117,8 +96,8 @@ def _admit_locked(
         decided = _decide_busy(request, active, events)
         if decided is not None:
             return decided
-    if request.when_busy == "enqueue" and has_queued_turns(request.session_id):
-        return _enqueue(request)  # behind the turns already waiting
+    if request.when_busy == "enqueue" and turn_queue().has_queued_turns(request.session_id):
+        return turn_queue().enqueue_turn_locked(request)  # behind the turns already waiting
     return _create_turn(request, events, session=active.session if active else None)
 
 
@@ -192,7 +171,7 @@ def replay_or_recover(
     """The same turn again: return it, writing its dispatch intent if an earlier attempt
     committed the command without it (seed `replayOrRecoverSessionTurnWithClient`)."""
     _check_same_turn(run, command, request)
-    intent = intents.intent_of(command)
+    intent = intent_of(command)
     if intent is not None or request.dispatch is None:
         intents.check_intent_replay(command=command, intent=intent, request=request.dispatch)
         return Admission("replayed", run, command)
@@ -269,13 +248,8 @@ def _decide_busy(
             "interrupted_and_created", created.run, created.command, outcome.cancel_request
         )
     if request.when_busy == "enqueue":
-        return _enqueue(request)
+        return turn_queue().enqueue_turn_locked(request)
     raise busy(request.session_id, active.run, active.command)
-
-
-def _enqueue(request: TurnRequest) -> Admission:
-    queued = enqueue_session_turn_locked(request)
-    return Admission("queued", None, None, task_id=queued.task.id, position=queued.position)
 
 
 def _create_turn(

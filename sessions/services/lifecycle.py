@@ -47,7 +47,7 @@ def upsert_session(*, session_id: str, tenant_id: str, fields: SessionFields) ->
     session row."""
     now = timezone.now()
     values = {**fields.__dict__, "metadata": fields.metadata or {}}
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         session = lock_session(session_id)
         if session is None:
             new = Session(
@@ -75,7 +75,7 @@ def mark_session_read(
     *, session_id: str, tenant_id: str | None, reader_id: str
 ) -> SessionReadCursor:
     """Remember that `reader_id` has seen the session as it is now."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         session = _locked_for(session_id, tenant_id)
         cursor, _ = SessionReadCursor.objects.update_or_create(
             session=session,
@@ -106,7 +106,7 @@ def refresh_session_storage(
         raise invalid("storage_path: required for local storage", field="storage_path")
     if facts.storage_kind == StorageKind.PVC and not facts.storage_pvc_name:
         raise invalid("storage_pvc_name: required for pvc storage", field="storage_pvc_name")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         session = _locked_for(session_id, tenant_id)
         values = {k: v for k, v in facts.__dict__.items() if k != "codex_rollout_subdir"}
         for name, value in values.items():
@@ -128,7 +128,7 @@ def refresh_session_storage(
 
 def mark_session_storage_evicted(*, session_id: str, tenant_id: str | None) -> Session:
     """Record that the session's storage is gone (its next run starts a fresh thread dir)."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         session = _locked_for(session_id, tenant_id)
         _evict_locked(session)
     return session
@@ -147,15 +147,6 @@ def _evict_locked(session: Session) -> None:
             "updated_at",
             "version",
         ]
-    )
-
-
-def expired_storage_sessions(*, now: datetime, limit: int) -> list[Session]:
-    """Sessions past `expires_at` that still hold storage, oldest first."""
-    return list(
-        Session.objects.filter(
-            storage_kind__in=[StorageKind.LOCAL, StorageKind.PVC], expires_at__lte=now
-        ).order_by("updated_at")[:limit]
     )
 
 
@@ -205,7 +196,7 @@ def _under_root(root: Path, storage_path: str | None) -> Path | None:
 
 
 def _evict_if_still_expired(session_id: str, storage_path: str | None, *, now: datetime) -> bool:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         session = lock_session(session_id)
         still_expired = (
             session is not None

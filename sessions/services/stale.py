@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from runs.models import Command, Run
-from runs.services.events import PendingEvents
+from runs.services.event_log import PendingEvents
 from runs.services.reaper import fail_run_locked
 from sessions.models import Session
 

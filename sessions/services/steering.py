@@ -13,8 +13,8 @@ from django.db import transaction
 
 from agentrun.errors import conflict, not_found
 from agentrun.locks import LockKey, advisory_xact_lock
-from runs.services.cancel import CancelOutcome, cancel_run_locked
-from runs.services.commands import CreatedCommand, create_command_locked
+from runs.services.cancellation import CancelOutcome, cancel_run_locked
+from runs.services.command_lifecycle import CreatedCommand, create_command_locked
 from sessions.models import Session
 from sessions.services.admission import ActiveTurn, lock_active_turn
 
@@ -36,7 +36,7 @@ def admit_steer(
 ) -> CreatedCommand:
     """Append a steer to the active turn. Locks: the session's admission lock, the active
     run, its command, the session row. Errors: 404; 409 `no_active_turn`; 409 `stale_turn`."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
         active = _active_turn(session_id, tenant_id)
         if active is None:
@@ -63,7 +63,7 @@ def cancel_session(
     *, session_id: str, tenant_id: str | None, reason: str, requested_by: str | None
 ) -> CancelOutcome | None:
     """Cancel the session's active turn; None when it has none (nothing changes)."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
         active = _active_turn(session_id, tenant_id)
         if active is None:

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from agentrun.models import ApiKey
 from runs.models import Command, Event, Run, RunnerJob
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from runs.services.runners import RunnerJobSpec, save_runner_job
 from tests.builders import key_client, make_claimed_run
 

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from runs import selectors
 from runs.models import Event, Run
-from runs.services.cancel import cancel_run
+from runs.services.cancellation import cancel_run
 from runs.services.lifecycle import claim_run
 from tests.api.helpers import (
     API,

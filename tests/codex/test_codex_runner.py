@@ -12,7 +12,7 @@ import time
 import pytest
 
 from runs.models import Command, Event, Run
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from sessions.models import Session
 from tests.builders import make_run
 from tests.codex.conftest import Harness, mock_policy

@@ -13,7 +13,7 @@ from agentrun.celery import app as celery_app
 from dispatch.launchers import Launched, LaunchError, LaunchRequest
 from dispatch.models import RunnerDispatchIntent
 from runs.models import Backend, Command, Event, Run, RunnerJob
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from tests.builders import make_run
 
 

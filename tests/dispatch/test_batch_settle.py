@@ -17,7 +17,7 @@ from dispatch.models import RunnerDispatchIntent
 from dispatch.services.claims import Completion, IntentClaim, claim_intents, complete_intents
 from dispatch.services.launch import dispatch_batch
 from runs.models import Backend, Event, RunnerJob
-from runs.services.cancel import cancel_run
+from runs.services.cancellation import cancel_run
 from sessions.models import Session
 from tests.dispatch.helpers import RecordingLauncher, make_dispatch_command, set_capacity
 

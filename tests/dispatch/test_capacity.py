@@ -12,7 +12,8 @@ from dispatch.launchers import LaunchRequest
 from dispatch.models import RunnerDispatchIntent
 from dispatch.services.launch import dispatch_batch
 from runs.models import Event, Run
-from runs.services.lifecycle import TurnResult, claim_run, finish_run
+from runs.services.lifecycle import claim_run, finish_run
+from runs.services.terminal import TurnResult
 from tests.dispatch.helpers import RecordingLauncher, make_dispatch_command, set_capacity
 from tests.runs.threads import race
 

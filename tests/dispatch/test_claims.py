@@ -15,7 +15,7 @@ from dispatch.services.claims import StaleClaimError, claim_intents, complete_in
 from dispatch.services.failures import retry_intent, terminalize_intent
 from dispatch.services.launch import dispatch_batch
 from runs.models import Backend, RunnerJob
-from runs.services.cancel import cancel_run
+from runs.services.cancellation import cancel_run
 from tests.dispatch.helpers import (
     RecordingLauncher,
     intent_of,

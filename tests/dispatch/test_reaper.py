@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from runs.models import Command, Lease, Run
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from runs.services.lifecycle import heartbeat_run
 from runs.services.reaper import reap_expired_leases
 from tests.builders import make_claimed_run

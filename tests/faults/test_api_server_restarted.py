@@ -19,7 +19,7 @@ import requests
 
 from agentrun.auth import issue_api_key
 from runs.models import Run
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from tests.faults.harness import child_env, free_port, manage, process, wait_for
 from tests.faults.invariants import assert_invariants
 from tests.outbox.builders import RUNNER, claimed_run

@@ -27,7 +27,8 @@ from django.db import connection
 from django.utils import timezone
 
 from runs.models import Run
-from runs.services.lifecycle import TurnResult, claim_run, finish_run, heartbeat_run
+from runs.services.lifecycle import claim_run, finish_run, heartbeat_run
+from runs.services.terminal import TurnResult
 from tests.builders import make_run
 from tests.faults.harness import child_env, process, wait_for
 from tests.faults.invariants import assert_invariants

@@ -21,7 +21,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from queues.models import QueueTask
 from runs.models import Event, Run
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from tests.faults.harness import child_env, manage, process, terminate_connections, wait_for
 from tests.faults.invariants import assert_invariants
 from tests.faults.outbox_load import outbox_runs, undelivered

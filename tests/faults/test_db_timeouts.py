@@ -47,7 +47,7 @@ from django.db import connection, transaction
 from runs.waiting import wait_for_event
 from tests.builders import make_run
 from runs.services.lifecycle import claim_run
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 
 run = claim_run(run_id=make_run().id, runner_id="r", lease_ms=60000)
 started = time.monotonic()

@@ -22,7 +22,7 @@ from agentrun.models import ApiKey
 from agentrun.task_queues import TaskName
 from dispatch.models import RunnerDispatchIntent
 from runs.models import Event, Run, RunnerJob
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from tests.builders import make_run
 from tests.faults.harness import (
     REDIS_DISPATCH,

@@ -23,7 +23,8 @@ from agentrun.auth import issue_api_key
 from runs.models import Command, Event, Run
 from runs.services.reaper import reap_expired_leases
 from sessions.models import Session
-from sessions.services.admission import TurnRequest, admit_turn
+from sessions.services.admission import admit_turn
+from sessions.turns import TurnRequest
 from tests.builders import run_spec
 from tests.faults.harness import Proc, child_env, process, wait_for
 from tests.faults.invariants import assert_invariants

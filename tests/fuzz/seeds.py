@@ -9,10 +9,11 @@ from queues.models import QueueAttempt
 from queues.services.scheduler import schedule_batch
 from queues.services.tasks import TaskSpec, create_task
 from runs.models import Command, RunnerJob
-from runs.services.commands import create_command
+from runs.services.command_lifecycle import create_command
 from runs.services.lifecycle import claim_run
 from runs.services.runners import RunnerJobSpec, save_runner_job
-from sessions.services.admission import TurnRequest, admit_turn
+from sessions.services.admission import admit_turn
+from sessions.turns import TurnRequest
 from tests.builders import make_run, run_spec
 
 TENANT = "tenant-fuzz"

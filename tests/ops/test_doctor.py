@@ -17,7 +17,7 @@ from ops.tasks import doctor_report
 from outbox.models import KafkaEventOutbox
 from queues.models import QueueAttempt, QueueTask
 from runs.models import Lease, Run
-from runs.services.cancel import cancel_run
+from runs.services.cancellation import cancel_run
 from sessions.models import Session
 from tests.builders import make_claimed_run
 from tests.dispatch.helpers import make_dispatch_command

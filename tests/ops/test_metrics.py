@@ -22,7 +22,7 @@ from runs.waiting import wait_for_event
 from tests.builders import key_client, make_claimed_run
 from tests.dispatch.helpers import FailingLauncher, RecordingLauncher, make_dispatch_command
 from tests.ops.world import append_logs
-from tests.outbox.builders import use_outbox
+from tests.outbox.builders import append_logs_in_open_transaction, use_outbox
 from tests.support.kafka_broker import KafkaBroker, kafka_broker  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,7 +53,7 @@ def test_events_are_counted_by_type_after_commit_only() -> None:
     run = make_claimed_run(tenant_id=SECRET_TENANT)
     append_logs(run, 3)
     with pytest.raises(RuntimeError), transaction.atomic():
-        append_logs(run, 5)  # rolled back: never counted
+        append_logs_in_open_transaction(run, 5)  # rolled back: never counted
         raise RuntimeError
     after = scrape()
     logs = "agentrun_events_appended_total"

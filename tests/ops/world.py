@@ -21,8 +21,8 @@ from outbox.models import KafkaEventOutbox
 from outbox.services.relay import claim_outbox_records, settle_outbox_records
 from queues.models import QueueTask
 from runs.models import Command, Run
-from runs.services.cancel import cancel_run
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.cancellation import cancel_run
+from runs.services.event_log import NewEvent, append_runner_events
 from runs.services.lifecycle import claim_run
 from runs.services.runners import register_runner
 from sessions.models import Session

@@ -9,8 +9,9 @@ import uuid
 from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from runs.locks import lock_run
 from runs.models import Event, Run
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_events_locked, append_runner_events
 from runs.services.lifecycle import claim_run
 from tests.builders import make_run
 from tests.support.kafka_broker import KafkaBroker
@@ -31,6 +32,13 @@ def append_logs(run: Run, count: int, *, start: int = 0) -> list[Event]:
     return append_runner_events(
         run_id=run.id, runner_id=RUNNER, lease_epoch=run.lease_epoch, events=events
     )
+
+
+def append_logs_in_open_transaction(run: Run, count: int, *, start: int = 0) -> list[Event]:
+    """`append_logs` inside the caller's transaction: the run lock, then the locked append
+    the runs services make (the public append is outermost and opens its own)."""
+    events = [NewEvent("log", {"line": start + index}) for index in range(count)]
+    return append_events_locked(run=lock_run(run.id), events=events, runner_id=RUNNER)
 
 
 def writer(runs: list[Run], seed: int, count: int) -> int:

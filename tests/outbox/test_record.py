@@ -11,10 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from outbox.models import KafkaEventOutbox
-from outbox.services.record import wake_relay
+from outbox.record import wake_relay
 from runs.models import Event
-from runs.services.commands import create_command
-from tests.outbox.builders import append_logs, claimed_run
+from runs.services.command_lifecycle import create_command
+from tests.outbox.builders import append_logs, append_logs_in_open_transaction, claimed_run
 
 
 @pytest.mark.django_db
@@ -95,7 +95,7 @@ def test_an_event_appended_in_a_rolled_back_transaction_leaves_no_record(
     run = claimed_run()
     before = KafkaEventOutbox.objects.count()
     with pytest.raises(RuntimeError), transaction.atomic():
-        appended = append_logs(run, 3)
+        appended = append_logs_in_open_transaction(run, 3)
         assert KafkaEventOutbox.objects.filter(event_id=appended[0].id).exists()
         raise RuntimeError("the caller's transaction fails after the append")
     assert KafkaEventOutbox.objects.count() == before
@@ -110,7 +110,7 @@ def test_a_transaction_registers_one_relay_wake_up_however_many_appends(
     run = claimed_run()
     with transaction.atomic():
         for start in range(3):
-            append_logs(run, 2, start=start * 2)
+            append_logs_in_open_transaction(run, 2, start=start * 2)
         wakes = [cb for _, cb, _ in connection.run_on_commit if cb is wake_relay]
         assert len(wakes) == 1
         transaction.set_rollback(True)  # nothing is committed, so nothing is enqueued
@@ -135,7 +135,7 @@ def test_writers_of_one_session_key_draw_outbox_seqs_in_commit_order(outbox_topi
 
     def slow_writer() -> None:
         with transaction.atomic():
-            append_logs(first, 1)
+            append_logs_in_open_transaction(first, 1)
             drawn.set()
             time.sleep(0.5)
         committed_at["first"] = time.monotonic()

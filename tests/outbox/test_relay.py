@@ -16,7 +16,7 @@ from outbox.services.relay import (
     settle_outbox_records,
 )
 from runs.models import Event, Run
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from tests.outbox.builders import RUNNER, append_logs, claimed_run, writer
 from tests.outbox.kafka_reader import KafkaReader, order_report
 from tests.outbox.relaying import backlog, outbox_drained, relay_workers, wait_for_backlog

@@ -12,8 +12,9 @@ from queues.models import QueueAttempt, QueueTask
 from queues.services.scheduler import ScheduleResult, schedule_batch
 from queues.services.tasks import TaskSpec, create_task
 from runs.models import Command, Run
-from runs.services.commands import ack_command, finish_command
-from runs.services.lifecycle import TurnResult, claim_run, finish_run
+from runs.services.command_lifecycle import ack_command, finish_command
+from runs.services.lifecycle import claim_run, finish_run
+from runs.services.terminal import TurnResult
 
 API = "/api/v1"
 

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from agentrun.errors import AgentRunError
 from queues.models import QueueTask
 from queues.services.scheduler import schedule_batch
-from queues.services.tasks import cancel_task, create_task, mark_task_read
+from queues.services.tasks import cancel_task, create_task_locked, mark_task_read
 from tests.api.helpers import error_of
 from tests.builders import key_client
 from tests.queues.helpers import API, file_task, task_spec
@@ -64,7 +64,7 @@ class FeedReader:
 def _slow_create(writer: int, step: int) -> None:
     """File a task, then hold the transaction open a moment: a later version commits first."""
     with transaction.atomic():
-        create_task(tenant_id="tenant-a", spec=task_spec(title=f"slow {writer}.{step}"))
+        create_task_locked(tenant_id="tenant-a", spec=task_spec(title=f"slow {writer}.{step}"))
         time.sleep(0.01)
 
 

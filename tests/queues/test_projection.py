@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from queues.models import QueueTask
-from runs.services.cancel import cancel_command, cancel_run
+from runs.services.cancellation import cancel_command, cancel_run
 from tests.queues.helpers import attempts, file_task, finish, run_of, schedule, task
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from queues.models import QueueAttempt, QueueTask
-from queues.services.retry import reserve_retry
+from queues.services.attempt_retries import reserve_retry
 from runs.models import Backend, Run
 from tests.api.helpers import error_of
 from tests.builders import key_client

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from runs.models import Command, Event, Run
-from runs.services.cancel import cancel_command, cancel_run
-from runs.services.commands import create_command
+from runs.services.cancellation import cancel_command, cancel_run
+from runs.services.command_lifecycle import create_command
 from sessions.models import Session
 from tests.builders import make_run
 from tests.runner.helpers import start_runner

@@ -8,9 +8,10 @@ import pytest
 from django.utils import timezone
 
 from runs.models import CancelRequest, Command, Event, Lease, Run
-from runs.services.cancel import cancel_command, cancel_run
-from runs.services.commands import ack_command, create_command, finish_command
-from runs.services.lifecycle import TurnResult, finish_run
+from runs.services.cancellation import cancel_command, cancel_run
+from runs.services.command_lifecycle import ack_command, create_command, finish_command
+from runs.services.lifecycle import finish_run
+from runs.services.terminal import TurnResult
 from tests.builders import make_claimed_run, make_run
 
 

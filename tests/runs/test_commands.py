@@ -6,8 +6,8 @@ import pytest
 
 from agentrun.errors import AgentRunError
 from runs.models import Command, Event
-from runs.services.cancel import cancel_run
-from runs.services.commands import create_command
+from runs.services.cancellation import cancel_run
+from runs.services.command_lifecycle import create_command
 from tests.builders import make_run
 from tests.runs.threads import race
 

@@ -21,10 +21,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs.models import Event, Run
-from runs.services.cancel import cancel_command, cancel_run
-from runs.services.commands import ack_command, create_command, finish_command
-from runs.services.lifecycle import TurnResult, claim_run, finish_run
+from runs.services.cancellation import cancel_command, cancel_run
+from runs.services.command_lifecycle import ack_command, create_command, finish_command
+from runs.services.lifecycle import claim_run, finish_run
 from runs.services.reaper import reap_expired_leases
+from runs.services.terminal import TurnResult
 from tests.builders import make_claimed_run, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

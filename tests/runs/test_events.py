@@ -7,9 +7,9 @@ import pytest
 from agentrun.errors import AgentRunError
 from runs.models import Event, Run
 from runs.selectors import count_events, events_for_command, events_page
-from runs.services.cancel import cancel_run
-from runs.services.commands import create_command
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.cancellation import cancel_run
+from runs.services.command_lifecycle import create_command
+from runs.services.event_log import NewEvent, append_runner_events
 from tests.builders import make_claimed_run
 from tests.runs.threads import race
 

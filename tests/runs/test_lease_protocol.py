@@ -9,14 +9,9 @@ from django.utils import timezone
 
 from agentrun.errors import AgentRunError
 from runs.models import Event, Lease, Run
-from runs.services.commands import ack_command, create_command
-from runs.services.lifecycle import (
-    TurnResult,
-    claim_run,
-    create_run,
-    finish_run,
-    heartbeat_run,
-)
+from runs.services.command_lifecycle import ack_command, create_command
+from runs.services.lifecycle import claim_run, create_run, finish_run, heartbeat_run
+from runs.services.terminal import TurnResult
 from tests.builders import make_claimed_run, make_run, run_spec
 from tests.runs.threads import race
 

@@ -11,7 +11,7 @@ from django.db import connection
 
 from agentrun.auth import issue_api_key
 from runs.models import Event
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from runs.waiting import APPLICATION_NAME, wait_for_event
 from tests.builders import api_client, key_client, make_claimed_run
 

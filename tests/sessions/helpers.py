@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions.services.admission import Admission, TurnRequest, admit_turn
+from agentrun.locks import LockKey, advisory_xact_lock
+from sessions.services.admission import admit_turn, admit_turn_locked
+from sessions.turns import Admission, TurnRequest
 from tests.builders import run_spec
 
 
@@ -22,6 +24,12 @@ def turn_request(session_id: str, text: str = "hello", **overrides: Any) -> Turn
 
 def admit(session_id: str, text: str = "hello", **overrides: Any) -> Admission:
     return admit_turn(request=turn_request(session_id, text, **overrides))
+
+
+def admit_in_open_transaction(session_id: str, text: str = "hello") -> Admission:
+    """`admit` inside the caller's transaction (which keeps its locks until it commits)."""
+    advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
+    return admit_turn_locked(request=turn_request(session_id, text))
 
 
 def turn_body(text: str = "hello", **command: Any) -> dict[str, Any]:

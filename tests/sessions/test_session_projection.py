@@ -14,7 +14,7 @@ from sessions.models import Session
 from tests.api.helpers import error_of, run_body
 from tests.builders import key_client, run_spec
 from tests.runs.threads import race
-from tests.sessions.helpers import admit
+from tests.sessions.helpers import admit, admit_in_open_transaction
 from tests.sessions.world import (
     API,
     claim,
@@ -132,7 +132,7 @@ def test_a_late_finish_racing_a_new_turn_does_not_clobber_it() -> None:
             connection.close()
 
     with transaction.atomic():
-        new = admit("s-late-race", "second")  # holds the session row until the commit
+        new = admit_in_open_transaction("s-late-race", "second")  # holds the session row
         finisher = threading.Thread(target=late_finish)
         finisher.start()
         _wait_until_blocked_on_a_lock(finisher_pid)

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from runs.models import Event
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from sessions.selectors import OUTPUT_EVENT_TYPES
 from tests.api.helpers import error_of
 from tests.builders import key_client

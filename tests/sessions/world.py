@@ -13,8 +13,9 @@ from rest_framework.test import APIClient
 from agentrun.auth import issue_api_key
 from dispatch.models import RunnerDispatchIntent
 from runs.models import CancelRequest, Command, Event, Run
-from runs.services.commands import ack_command, finish_command
-from runs.services.lifecycle import TurnResult, claim_run, finish_run
+from runs.services.command_lifecycle import ack_command, finish_command
+from runs.services.lifecycle import claim_run, finish_run
+from runs.services.terminal import TurnResult
 from sessions.models import Session, SessionReadCursor
 from sessions.services.lifecycle import SessionFields, upsert_session
 from tests.builders import api_client

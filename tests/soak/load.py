@@ -63,7 +63,8 @@ class Load:
         return f"{self.runner_id}-{self.seq}"
 
     def turn(self) -> None:
-        from sessions.services.admission import TurnRequest, admit_turn
+        from sessions.services.admission import admit_turn
+        from sessions.turns import TurnRequest
         from tests.builders import run_spec
 
         session = self.rng.choice(SESSIONS)
@@ -86,7 +87,7 @@ class Load:
         admit_steer(session_id=session, tenant_id=TENANT, payload={"text": "steer"})
 
     def cancel(self) -> None:
-        from runs.services.cancel import cancel_run
+        from runs.services.cancellation import cancel_run
         from sessions.services.steering import cancel_session
 
         if self.rng.random() < 0.5:
@@ -113,8 +114,9 @@ class Load:
     def runner(self) -> None:
         """Claim a live run (short lease) and take its next command one step further."""
         from runs.models import Command
-        from runs.services.commands import ack_command, finish_command
-        from runs.services.lifecycle import TurnResult, claim_run, finish_run
+        from runs.services.command_lifecycle import ack_command, finish_command
+        from runs.services.lifecycle import claim_run, finish_run
+        from runs.services.terminal import TurnResult
 
         run = self._live_run()
         if run is None:
@@ -138,7 +140,7 @@ class Load:
         return self.rng.choice(["completed", "completed", "completed", "failed"])
 
     def append(self) -> None:
-        from runs.services.events import NewEvent, append_runner_events
+        from runs.services.event_log import NewEvent, append_runner_events
 
         run = self._live_run(mine=True)
         if run is None:

@@ -22,12 +22,14 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from runs.locks import lock_run
 from runs.models import Event, Run
-from runs.services.commands import create_command, finish_command
-from runs.services.events import NewEvent, append_event_locked, append_runner_events
-from runs.services.lifecycle import TurnResult, claim_run, finish_run
+from runs.services.command_lifecycle import create_command, finish_command
+from runs.services.event_log import NewEvent, append_event_locked, append_runner_events
+from runs.services.lifecycle import claim_run, finish_run
+from runs.services.terminal import TurnResult
 from sessions.locks import lock_session
 from sessions.models import Session
-from sessions.services.admission import TurnRequest, admit_turn
+from sessions.services.admission import admit_turn
+from sessions.turns import TurnRequest
 from tests.builders import run_spec
 
 TENANT = "tenant-a"

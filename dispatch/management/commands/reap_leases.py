@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from agentrun import conf
-from runs.services.reaper import expired_lease_run_ids, reap_expired_leases
+from runs.selectors import expired_lease_run_ids
+from runs.services.reaper import reap_expired_leases
 
 
 class Command(BaseCommand):

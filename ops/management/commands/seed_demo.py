@@ -15,7 +15,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.models import Event, Run
 from runs.services.lifecycle import RunSpec
-from sessions.services.admission import TurnRequest, admit_turn
+from sessions.services.admission import admit_turn
+from sessions.turns import TurnRequest
 
 DEMO_TENANT = "local"
 

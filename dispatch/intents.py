@@ -1,8 +1,16 @@
 """Recording and fencing dispatch intents, inside the caller's transaction.
 
+This is the dispatch module of the projection tier (SPEC §9.1): functions the `runs`
+services call inside the run's transaction, in lock order (run → commands → session →
+queue → key lock), each named `*_locked`. A projection module imports only the models,
+locks and versions of `runs` and of its own app, plus `agentrun`
+(`tests/test_projection_layers.py`).
+
 These are not services of their own: they run inside the runs/sessions service that
 creates or terminalises the command, under that service's run lock, so an intent and its
-command commit together and a terminal run never keeps an open intent.
+command commit together and a terminal run never keeps an open intent. `intent_of` is the
+dispatch selector, named in `__all__` here because `runs` may read from dispatch only
+through this module (a replayed command checks its recorded request).
 """
 
 from __future__ import annotations
@@ -17,8 +25,16 @@ from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
+from dispatch.selectors import intent_of
 from dispatch.wakeup import wake_dispatcher
 from runs.models import Command, Run
+
+__all__ = [
+    "check_intent_replay",
+    "fence_open_intents_locked",
+    "intent_of",
+    "record_intent_locked",
+]
 
 
 def record_intent_locked(
@@ -58,10 +74,6 @@ def check_intent_replay(
         code="idempotency_mismatch",
         command_id=command.id,
     )
-
-
-def intent_of(command: Command) -> RunnerDispatchIntent | None:
-    return RunnerDispatchIntent.objects.filter(command=command).first()
 
 
 def fence_open_intents_locked(*, run: Run, command: Command | None = None, reason: str) -> int:

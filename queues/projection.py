@@ -1,48 +1,46 @@
 """The projector: a task's run ends, so do its attempt and (if it is the latest) the task
 (seed `updateQueueTaskAttempt` / `upsertQueueAttemptProjection`).
 
+This is the queues module of the projection tier (SPEC §9.1): functions the `runs`
+services call inside the run's transaction, in lock order (run → commands → session →
+queue → key lock), each named `*_locked`. A projection module imports only the models,
+locks and versions of `runs` and of its own app, plus `agentrun`
+(`tests/test_projection_layers.py`).
+
 The runs services call in here from inside their own transactions, holding the run lock:
 `on_run_terminal_locked` at the end of `terminalize_run_locked` (every run terminal path
 goes through it) and `on_command_cancelled_locked` when `cancel_command` cancels a turn
 command. A run names its task in `trace_sink.task_id` (a queued session turn is found
-through its attempt instead, see `task_id_of`); the projector then locks the task
+through its attempt instead, see `queues.selectors.task_id_of`); the projector then locks the task
 and the attempt that ran this run (run → task → attempt, the queue's lock order) and moves
 both to the run's outcome: `completed`, `failed`, `blocked` or `cancelled`, with the run's
 failure kind and message. A terminal attempt is immutable, so a second report changes
 nothing; an attempt that is no longer the task's latest does not move the task.
 
-`reconcile_projections` is the safety net for runs that ended without reaching the
-projector (a turn a client admitted with the queued turn's key, a run terminalised before
-this code existed): one short transaction per task, run lock first.
+`queues.services.reconcile` is the safety net for runs that ended without reaching the
+projector.
+
+`task_id_of` is the queues selector, named in `__all__` here because `runs` may read
+from queues only through this module (its admin links a run to its task).
 """
 
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
-from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from queues.locks import lock_attempt_of_run, lock_task_if_exists
-from queues.models import QueueAttempt, QueueTask
+from queues.selectors import has_queued_turns, task_id_of
 from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.wakeup import wake_scheduler
-from runs.locks import lock_run
 from runs.models import TERMINAL_RUN_STATUSES, Command, Run
 
-
-def task_id_of(run: Run) -> str | None:
-    """The task a run belongs to: the one its `trace_sink` names, else, for a session run,
-    the task of the attempt that ran it (a queued session turn is admitted with its
-    client's own trace sink; see `queues.services.turns`)."""
-    sink = run.trace_sink
-    task_id = sink.get("task_id") if isinstance(sink, dict) else None
-    if isinstance(task_id, str) and task_id:
-        return task_id
-    if run.session_id is None:
-        return None
-    attempt = QueueAttempt.objects.filter(run_id=run.id).values_list("task_id", flat=True)
-    return attempt.first()
+__all__ = [
+    "on_command_cancelled_locked",
+    "on_run_terminal_locked",
+    "project_outcome_locked",
+    "task_id_of",
+]
 
 
 def on_run_terminal_locked(run: Run) -> None:
@@ -115,36 +113,3 @@ def project_outcome_locked(
         cancel_reason=failure_message if cancelled else None,
     )
     return True
-
-
-def has_queued_turns(session_id: str) -> bool:
-    """Whether a pending task waits for this session."""
-    pending = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
-    return pending.filter(sid=session_id, state="pending").exists()
-
-
-def reconcile_projections(*, limit: int) -> int:
-    """Project up to `limit` running tasks whose latest run is already terminal.
-
-    Locks per task, one transaction each: the run, then the task and attempt. Safe on many
-    workers at once: a task settled by another is left as it is. Returns how many moved.
-    """
-    ended = Run.objects.filter(pk=OuterRef("run_id"), status__in=TERMINAL_RUN_STATUSES)
-    stale = (
-        QueueTask.objects.filter(state="running")
-        .annotate(run_id=KT("latest_attempt__run_id"))
-        .filter(Exists(ended))
-        .values_list("id", "run_id")[:limit]
-    )
-    moved = 0
-    for task_id, run_id in list(stale):
-        with transaction.atomic():
-            run = lock_run(run_id)
-            moved += project_outcome_locked(
-                task_id,
-                run_id=run.id,
-                state=run.status,
-                failure_kind=run.failure_kind,
-                failure_message=run.failure_message or run.cancel_reason,
-            )
-    return moved

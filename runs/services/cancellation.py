@@ -14,20 +14,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from agentrun.ids import new_id
-from dispatch.services import intents
-from queues.services import projection as queue_projection
+from dispatch import intents
+from queues import projection as queue_projection
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
 from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
-from runs.services.events import PendingEvents, collecting
+from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import TurnResult, release_claim_locked, terminalize_run_locked
-from sessions.models import Session
-from sessions.services import projection
+from sessions import projection
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 log = logging.getLogger("agentrun.runs")
 
@@ -50,7 +52,7 @@ def cancel_run(*, run_id: str, reason: str, requested_by: str | None = None) -> 
     as it is (its leftover claim is released); the outcome then carries its latest cancel
     request.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         outcome = cancel_run_locked(lock_run(run_id), reason=reason, requested_by=requested_by)
     log.info(
         "run cancel requested",
@@ -109,7 +111,7 @@ def cancel_command(
 
     Locks: the run row, then the command.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_of_command(command_id)
         if run.is_terminal:
             release_claim_locked(run)

@@ -10,7 +10,7 @@ of a run appends `backend_status {phase: run-created}`; every command appends
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import Max
@@ -19,10 +19,10 @@ from django.utils import timezone
 from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
-from dispatch.services import intents
+from dispatch import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
-from runs.services.events import (
+from runs.services.event_log import (
     PendingEvents,
     append_event_locked,
     collecting,
@@ -30,8 +30,10 @@ from runs.services.events import (
 )
 from runs.services.fencing import late_write_payload
 from runs.services.terminal import TurnResult, record_thread_locked
-from sessions.models import Session
-from sessions.services import projection
+from sessions import projection
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 _STATE_FROM_TERMINAL = {"completed": "completed", "cancelled": "cancelled"}
 
@@ -56,7 +58,7 @@ def create_command(
     intent in the same transaction. Locks: the run row. Errors: 404; 409 on a terminal
     run; 409 when the idempotency key was used with another type, payload or dispatch.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         return create_command_locked(
             run, type=type, payload=payload, idempotency_key=idempotency_key, dispatch=dispatch
@@ -190,7 +192,7 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
 
     Locks: the run row, then the command. Errors: 404; 409 `stale_lease`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_of_command(command_id)
         command = lock_command(command_id, run=run)
         refusal = fence_runner_write(
@@ -224,7 +226,7 @@ def finish_command(
     cancelled and the report is not a cancel, a `late-write-rejected` event records it.
     Errors: 404; 409 `stale_lease`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run_of_command(command_id)
         command = lock_command(command_id, run=run)
         refusal = fence_runner_write(

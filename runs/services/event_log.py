@@ -25,11 +25,11 @@ from agentrun.ids import new_id
 from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
 from outbox.cloudevents import partition_key_for
-from outbox.services.record import record_outbox_locked
+from outbox.record import record_outbox_locked
 from runs.locks import lock_run
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
 from runs.services.fencing import late_write_payload, stale_claim_reason
-from sessions.services.projection import record_events_activity_locked
+from sessions.projection import record_events_activity_locked
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
 log = logging.getLogger("agentrun.runs")
@@ -239,7 +239,7 @@ def append_runner_events(
     rejects unknown and server-only event types with a 400 before this is called.
     """
     assert all(event.type in RUNNER_EVENT_TYPES for event in events)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         run = lock_run(run_id)
         refusal = fence_runner_write(
             run,

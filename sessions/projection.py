@@ -1,8 +1,14 @@
 """The session projection: how run writes show up on their session row.
 
-Called inside the runs services' transactions, after their run (and command) locks, so
-the lock order is always run → commands → session. A visible change takes a new global
-version (`sessions.versions`); event appends only advance `last_event_seq` and activity.
+This is the sessions module of the projection tier (SPEC §9.1): functions the `runs`
+services call inside the run's transaction, in lock order (run → commands → session →
+queue → key lock), each named `*_locked`. They take the session row lock after the
+caller's run (and command) locks. A visible change takes a new global version
+(`sessions.versions`); event appends only advance `last_event_seq` and activity.
+
+A projection module imports only the models, locks and versions of `runs` and of its own
+app, plus `agentrun` (`tests/test_projection_layers.py`), so `runs` can call it without
+importing anything that imports `runs` services back.
 """
 
 from __future__ import annotations
@@ -16,17 +22,8 @@ from django.utils import timezone
 from agentrun.errors import conflict, not_found
 from runs.models import Run
 from sessions.locks import lock_or_insert_session, lock_session
-from sessions.models import ExecutionState, Session
+from sessions.models import ExecutionState, Session, title_from_text
 from sessions.versions import next_session_version
-
-TITLE_MAX = 120
-
-
-def title_from_text(text: Any) -> str | None:
-    if not isinstance(text, str) or not text.strip():
-        return None
-    line = " ".join(text.split())
-    return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1] + "…"
 
 
 def check_boundary(session: Session, *, tenant_id: str, project_id: str, backend: str) -> None:
@@ -241,15 +238,10 @@ def project_run_terminal_locked(run: Run, *, session: Session | None = None) -> 
     )
 
 
-def record_event_activity_locked(run: Run, *, last_seq: int) -> None:
-    """Advance the session's last event seq and activity; not a versioned change."""
-    if run.session_id is not None:
-        record_events_activity_locked({run.session_id: last_seq})
-
-
 def record_events_activity_locked(last_seqs: Mapping[str, int]) -> None:
-    """`record_event_activity_locked` for several sessions (session id → the last seq
-    appended for it) in one UPDATE; its index scan locks the rows in id order."""
+    """Advance the last event seq and activity of several sessions (session id → the last
+    seq appended for it) in one UPDATE; not a versioned change. Its index scan locks the
+    rows in id order."""
     if not last_seqs:
         return
     now = timezone.now()

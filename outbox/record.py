@@ -1,6 +1,12 @@
 """Recording outbox records in the event's own transaction (seed `appendEventWithLockedRun`).
 
-`record_outbox_locked` is not a service of its own: `runs.services.events` calls it right
+This is the outbox module of the projection tier (SPEC §9.1): functions the `runs`
+services call inside the run's transaction, in lock order (run → commands → session →
+queue → key lock; the outbox key lock comes last), each named `*_locked`. A projection
+module imports only the models, locks and versions of `runs` and of its own app, plus
+`agentrun` (`tests/test_projection_layers.py`).
+
+`record_outbox_locked` is not a service of its own: the runs event append calls it right
 after it inserts a batch of events, inside the caller's transaction and under the run's
 row lock, so the records commit or roll back with their events. Per call it takes one
 advisory lock, draws one batch of sequence values and makes one bulk insert, whatever the
@@ -19,7 +25,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentrun.ids import new_id
-from agentrun.task_queues import TaskQueue
+from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
 from outbox.cloudevents import cloud_event, message_headers, partition_key_for
 from outbox.kafka import outbox_enabled, outbox_topic
@@ -81,8 +87,7 @@ def _wake_relay_on_commit() -> None:
 
 
 _relay_waker = Waker(
-    task="outbox.relay_batch",
-    queue=TaskQueue.OUTBOX.value,
+    task=TaskName.RELAY_BATCH,
     enabled_setting="AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT",
 )
 

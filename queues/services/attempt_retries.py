@@ -56,7 +56,7 @@ def reserve_retry(
     and one key yields one attempt. Errors: 404; 409 `idempotency_mismatch`,
     `attempt_active`, `task_not_retryable`, `task_payload_mismatch`.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         task = lock_task(task_id, tenant_id=tenant_id)
         check_task_intact(task)
         attempts = lock_attempts(task)
@@ -120,7 +120,7 @@ def activate_retry(*, task_id: str, attempt_id: str, tenant_id: str | None) -> A
     which commits, and raised after. Errors: 404; 409 `task_not_retryable`; those of run
     creation and session admission.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         task = lock_task(task_id, tenant_id=tenant_id)
         attempt = lock_attempt(task, attempt_id)
         if attempt.state != AttemptState.RESERVED:
@@ -177,7 +177,7 @@ def record_attempt_failure(
     """Record why a reserved attempt could not be activated; it stays reserved. An attempt
     that is no longer reserved is returned unchanged. Locks: the task, then the attempt.
     Errors: 404."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         task = lock_task(task_id, tenant_id=tenant_id)
         attempt = lock_attempt(task, attempt_id)
         _record_failure_locked(attempt, failure_kind, failure_message)

@@ -34,10 +34,14 @@ def _filter_params(request: Request) -> Any:
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
         raise invalid(f"{unknown[0]}: unknown query parameter", field=unknown[0])
-    if request.query_params.get("updated_after", None) == "":
-        # django-filter drops an empty filter; an empty timestamp is a bad one, not "any".
-        raise invalid("updated_after: Enter a valid date/time.", field="updated_after")
+    # django-filter drops an empty filter; an empty timestamp or sort is a bad one, not "any".
+    for field, message in _NOT_EMPTY.items():
+        if request.query_params.get(field, None) == "":
+            raise invalid(f"{field}: {message}", field=field)
     return request.query_params
+
+
+_NOT_EMPTY = {"updated_after": "Enter a valid date/time.", "sort": "Select a valid choice."}
 
 
 class RunViewSet(api.ObjectViewSet):

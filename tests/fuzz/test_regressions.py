@@ -80,6 +80,11 @@ def test_an_empty_updated_after_is_a_400() -> None:
     assert error_of(response, 400)["details"]["field"] == "updated_after"
 
 
+def test_an_empty_sort_is_a_400() -> None:
+    response = key_client(role="client").get(f"{API}/runs?sort=")
+    assert error_of(response, 400)["details"]["field"] == "sort"
+
+
 # ---- 4. the OpenAPI document promised other shapes than the API answers --------------
 
 

@@ -12,8 +12,10 @@ from rest_framework import status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentrun.auth import request_key
 from agentrun.errors import invalid
 from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.tenancy import Scope
 from agentrun.validation import validate_path_id
 
 
@@ -52,9 +54,9 @@ def tenant_for_write(api_key: ApiKey, tenant_id: str | None) -> str:
     return api_key.tenant_id
 
 
-def tenant_scope(api_key: ApiKey) -> str | None:
-    """The tenant a write to an existing object is confined to: None for operators (any)."""
-    return None if api_key.is_operator else api_key.tenant_id
+def request_scope(request: Request) -> Scope:
+    """The tenant gate of the request's key: what its selectors and services may reach."""
+    return Scope.of(request_key(request))
 
 
 class ObjectViewSet(viewsets.ViewSet):

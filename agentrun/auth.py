@@ -3,7 +3,7 @@
 `Authorization: Bearer <key>` is looked up by digest. The authenticated principal is the
 `ApiKey` itself (`request.auth`); `request.user` is a small `KeyPrincipal` so DRF's
 `is_authenticated` checks work without Django users. Tenant scoping is not done here but
-in the selectors (`runs.selectors.runs_for`), so that another tenant's object is a 404.
+in the tenant gate (`agentrun.tenancy.Scope.of`), so that another tenant's object is a 404.
 """
 
 from __future__ import annotations

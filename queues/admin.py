@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
 from agentrun.admin_console import BigTableAdmin, link, links
+from agentrun.tenancy import Scope
 from queues.models import QueueAttempt, QueueTask
 from queues.services.tasks import cancel_task
 
@@ -30,7 +31,7 @@ ATTEMPT_COLUMNS = ("retry_index", "attempt_id", "state", "run_id", "failure_kind
 
 def _cancel(request: HttpRequest, task: QueueTask, reason: str) -> Outcome:
     outcome = cancel_task(
-        task_id=task.id, tenant_id=None, reason=reason, requested_by=operator_id(request)
+        task_id=task.id, scope=Scope.operator(), reason=reason, requested_by=operator_id(request)
     )
     if outcome.changed:
         return Outcome(True, f"now {outcome.task.state}")

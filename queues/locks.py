@@ -16,19 +16,15 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from agentrun.errors import not_found
+from agentrun.tenancy import Scope
 from queues.models import QueueAttempt, QueueTask
 
 
-def lock_task(task_id: str, *, tenant_id: str | None = None) -> QueueTask:
-    """`SELECT … FOR NO KEY UPDATE` the task; 404 if it does not exist or, with
-    `tenant_id`, belongs to another tenant. Serialises every write of one task."""
-    tasks = QueueTask.objects.select_for_update(no_key=True).filter(pk=task_id)
-    if tenant_id is not None:
-        tasks = tasks.filter(tenant_id=tenant_id)
-    task = tasks.first()
-    if task is None:
-        raise not_found("queue task", task_id)
-    return task
+def lock_task(task_id: str, *, scope: Scope) -> QueueTask:
+    """`SELECT … FOR NO KEY UPDATE` the task; 404 if it does not exist or is outside
+    `scope`. Serialises every write of one task."""
+    tasks = QueueTask.objects.select_for_update(no_key=True)
+    return scope.get_or_404(tasks, task_id, kind="queue task")
 
 
 def lock_task_if_exists(task_id: str) -> QueueTask | None:

@@ -1,7 +1,8 @@
 """Reads of the work queue: scoped lists, the change feed, attempts, stats, commander.
 
-Every read starts from `tasks_for(api_key=…)`: a client sees its tenant's tasks, an
-operator every tenant's; anything else is a 404. Two list orders, never mixed:
+Every read starts from `tasks_for(scope=…)` (the tenant gate, `agentrun.tenancy`): a
+client sees its tenant's tasks, an operator every tenant's; anything else is a 404. Two
+list orders, never mixed:
 
 - the backlog (`list_tasks`): by priority (highest first), then age, page-numbered;
 - the change feed (`task_feed`): tasks whose version is above `changed_after`, in version
@@ -39,8 +40,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agentrun.errors import not_found
-from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.tenancy import Scope
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
 from queues.versions import settle_feed
 from runs.models import Run
@@ -49,18 +49,13 @@ COMMANDER_SIZE = 20
 BACKLOG_ORDER = ("-priority", "created_at", "id")
 
 
-def tasks_for(*, api_key: ApiKey) -> QuerySet[QueueTask]:
-    tasks = QueueTask.objects.all()
-    if api_key.role == ApiKeyRole.OPERATOR:
-        return tasks
-    return tasks.filter(tenant_id=api_key.tenant_id)
+def tasks_for(*, scope: Scope) -> QuerySet[QueueTask]:
+    return scope.filter(QueueTask.objects.all())
 
 
-def get_task_for(*, api_key: ApiKey, task_id: str, reader_id: str | None = None) -> QueueTask:
-    task = with_read_version(tasks_for(api_key=api_key), reader_id).filter(pk=task_id).first()
-    if task is None:
-        raise not_found("queue task", task_id)
-    return task
+def get_task_for(*, scope: Scope, task_id: str, reader_id: str | None = None) -> QueueTask:
+    tasks = with_read_version(QueueTask.objects.all(), reader_id)
+    return scope.get_or_404(tasks, task_id, kind="queue task")
 
 
 def with_read_version(tasks: QuerySet[QueueTask], reader_id: str | None) -> QuerySet[QueueTask]:

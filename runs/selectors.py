@@ -1,8 +1,8 @@
 """Reads of the runs app.
 
-Every read of tenant data starts from `runs_for(api_key=…)`, which applies the key's
-scope: an operator sees every tenant, a client its own tenant, a runner its one run.
-Anything outside the scope is a 404 raised here, never a 403 that reveals it exists.
+Every read of tenant data starts from `runs_for(scope=…)`, which applies the tenant gate
+(`agentrun.tenancy.Scope`): an operator sees every tenant, a client its own tenant, a
+runner its one run. Anything outside the scope is a 404, never a 403 that reveals it exists.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Value, W
 from django.db.models.functions import JSONObject
 
 from agentrun.errors import not_found
-from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.tenancy import Scope
 from runs.models import Backend, CancelRequest, Command, Event, Run, RunnerJob, RunStatus
 
 RUN_SORTS: dict[str, tuple[str, ...]] = {
@@ -27,41 +27,33 @@ RUN_SORTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def runs_for(*, api_key: ApiKey) -> QuerySet[Run]:
-    """The runs a key may see."""
-    runs = Run.objects.all()
-    if api_key.role == ApiKeyRole.OPERATOR:
-        return runs
-    if api_key.role == ApiKeyRole.RUNNER:
-        return runs.filter(pk=api_key.run_id, tenant_id=api_key.tenant_id)
-    return runs.filter(tenant_id=api_key.tenant_id)
+def runs_for(*, scope: Scope) -> QuerySet[Run]:
+    """The runs a scope may see."""
+    return scope.filter(Run.objects.all(), run_field="pk")
 
 
-def get_run_for(*, api_key: ApiKey, run_id: str) -> Run:
-    run = runs_for(api_key=api_key).filter(pk=run_id).first()
-    if run is None:
-        raise not_found("run", run_id)
-    return run
+def get_run_for(*, scope: Scope, run_id: str) -> Run:
+    return scope.get_or_404(Run.objects.all(), run_id, kind="run", run_field="pk")
 
 
-def writable_run_id(*, api_key: ApiKey, run_id: str) -> str:
+def writable_run_id(*, scope: Scope, run_id: str) -> str:
     """The run a runner-protocol write (events, claim, heartbeat, finish) may go to.
 
-    A runner key names its one run, so nothing is read: the service locks the run and
-    404s if it is gone. Any other key's run is read in its scope (`get_run_for`). Another
+    A runner's scope names its one run, so nothing is read: the service locks the run and
+    404s if it is gone. Any other scope's run is read in it (`get_run_for`). Another
     run is a 404 either way. Saves the hot runner writes a SELECT of the row they lock next.
     """
-    if api_key.role == ApiKeyRole.RUNNER:
-        if api_key.run_id != run_id:
+    if scope.run_id is not None:
+        if scope.run_id != run_id:
             raise not_found("run", run_id)
         return run_id
-    return get_run_for(api_key=api_key, run_id=run_id).id
+    return get_run_for(scope=scope, run_id=run_id).id
 
 
-def get_command_for(*, api_key: ApiKey, command_id: str) -> Command:
+def get_command_for(*, scope: Scope, command_id: str) -> Command:
     command = (
         Command.objects.select_related("run", "dispatch_intent")
-        .filter(pk=command_id, run__in=runs_for(api_key=api_key))
+        .filter(pk=command_id, run__in=runs_for(scope=scope))
         .first()
     )
     if command is None:
@@ -69,8 +61,8 @@ def get_command_for(*, api_key: ApiKey, command_id: str) -> Command:
     return command
 
 
-def get_runner_job_for(*, api_key: ApiKey, runner_job_id: str) -> RunnerJob:
-    job = RunnerJob.objects.filter(pk=runner_job_id, run__in=runs_for(api_key=api_key)).first()
+def get_runner_job_for(*, scope: Scope, runner_job_id: str) -> RunnerJob:
+    job = RunnerJob.objects.filter(pk=runner_job_id, run__in=runs_for(scope=scope)).first()
     if job is None:
         raise not_found("runner job", runner_job_id)
     return job

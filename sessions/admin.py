@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
 from agentrun.admin_console import BigTableAdmin, changelist_link, link, links
+from agentrun.tenancy import Scope
 from sessions.models import Session, StorageKind
 from sessions.services.lifecycle import mark_session_read, mark_session_storage_evicted
 from sessions.services.steering import cancel_session
@@ -25,7 +26,7 @@ from sessions.services.steering import cancel_session
 
 def _mark_read(request: HttpRequest, session: Session, reason: str) -> Outcome:
     cursor = mark_session_read(
-        session_id=session.session_id, tenant_id=None, reader_id=operator_id(request)
+        session_id=session.session_id, scope=Scope.operator(), reader_id=operator_id(request)
     )
     return Outcome(True, f"read by {cursor.reader_id} at version {cursor.session_version}")
 
@@ -33,14 +34,14 @@ def _mark_read(request: HttpRequest, session: Session, reason: str) -> Outcome:
 def _evict(request: HttpRequest, session: Session, reason: str) -> Outcome:
     if session.storage_kind in (StorageKind.NONE, StorageKind.EVICTED):
         return Outcome(False, f"storage is {session.storage_kind}: nothing to evict")
-    evicted = mark_session_storage_evicted(session_id=session.session_id, tenant_id=None)
+    evicted = mark_session_storage_evicted(session_id=session.session_id, scope=Scope.operator())
     return Outcome(True, f"storage marked evicted at version {evicted.version}")
 
 
 def _cancel(request: HttpRequest, session: Session, reason: str) -> Outcome:
     outcome = cancel_session(
         session_id=session.session_id,
-        tenant_id=None,
+        scope=Scope.operator(),
         reason=reason,
         requested_by=operator_id(request),
     )

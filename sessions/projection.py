@@ -19,7 +19,8 @@ from typing import Any
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from agentrun.errors import conflict, not_found
+from agentrun.errors import conflict
+from agentrun.tenancy import Scope
 from runs.models import Run
 from sessions.locks import lock_or_insert_session, lock_session
 from sessions.models import ExecutionState, Session, title_from_text
@@ -29,8 +30,7 @@ from sessions.versions import next_session_version
 def check_boundary(session: Session, *, tenant_id: str, project_id: str, backend: str) -> None:
     """A session belongs to one tenant, project and backend: a run from another project or
     backend is a 409; from another tenant, the session does not exist for it (404)."""
-    if session.tenant_id != tenant_id:
-        raise not_found("session", session.session_id)
+    Scope.tenant(tenant_id).require(session, kind="session", object_id=session.session_id)
     mismatched = [
         name
         for name, mine, theirs in (

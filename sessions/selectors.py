@@ -1,6 +1,7 @@
 """Reads of the sessions app: scoped lists, the change feed, summaries, trace and output.
 
-Every read starts from `sessions_for(api_key=…)`; another tenant's session is a 404.
+Every read starts from `sessions_for(scope=…)` (the tenant gate, `agentrun.tenancy`);
+another tenant's session is a 404.
 The change feed (`cursor` given) first settles the version feed (`sessions.versions`) so
 that walking `version > cursor` never skips a change committed late.
 """
@@ -14,7 +15,7 @@ from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, V
 from django.db.models.functions import Coalesce
 
 from agentrun.errors import not_found
-from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.tenancy import Scope
 from runs.models import Event, Run
 from sessions.models import ExecutionState, Session, SessionReadCursor
 from sessions.versions import settle_feed
@@ -31,18 +32,12 @@ OUTPUT_EVENT_TYPES = (
 SESSION_STATES = ("all", "running", "idle", "terminal", "unread")
 
 
-def sessions_for(*, api_key: ApiKey) -> QuerySet[Session]:
-    sessions = Session.objects.all()
-    if api_key.role == ApiKeyRole.OPERATOR:
-        return sessions
-    return sessions.filter(tenant_id=api_key.tenant_id)
+def sessions_for(*, scope: Scope) -> QuerySet[Session]:
+    return scope.filter(Session.objects.all())
 
 
-def get_session_for(*, api_key: ApiKey, session_id: str) -> Session:
-    session = sessions_for(api_key=api_key).filter(pk=session_id).first()
-    if session is None:
-        raise not_found("session", session_id)
-    return session
+def get_session_for(*, scope: Scope, session_id: str) -> Session:
+    return scope.get_or_404(Session.objects.all(), session_id, kind="session")
 
 
 def with_read_version(sessions: QuerySet[Session], reader_id: str | None) -> QuerySet[Session]:

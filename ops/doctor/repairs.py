@@ -16,6 +16,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from agentrun.tenancy import Scope
 from dispatch.intents import fence_open_intents_locked
 from dispatch.models import RunnerDispatchIntent
 from outbox.services.release import release_outbox_record
@@ -135,7 +136,7 @@ def reproject_task(*, task_id: str) -> str:
         run = _lock_run_if_exists(latest.run_id)
         if run is not None and not run.is_terminal:
             return LEFT_ALONE
-        task = lock_task(task_id)
+        task = lock_task(task_id, scope=Scope.operator())
         attempt = lock_attempt_of_run(task, latest.run_id)
         if attempt is None:
             return LEFT_ALONE

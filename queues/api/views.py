@@ -50,7 +50,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     def list(self, request: Request) -> Response:
         query = api.query(s.TaskListQuery, request)
         scope = selectors.filtered(
-            selectors.tasks_for(api_key=request_key(request)),
+            selectors.tasks_for(scope=api.request_scope(request)),
             queue=query.get("queue"),
             state=query.get("state"),
             lane=query.get("lane"),
@@ -76,7 +76,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     def retrieve(self, request: Request, pk: str) -> Response:
         query = api.query(s.TaskQuery, request)
         task = selectors.get_task_for(
-            api_key=request_key(request), task_id=pk, reader_id=query.get("reader_id")
+            scope=api.request_scope(request), task_id=pk, reader_id=query.get("reader_id")
         )
         return Response(s.TaskOut(task).data)
 
@@ -87,7 +87,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
         api_key = request_key(request)
         outcome = tasks.cancel_task(
             task_id=pk,
-            tenant_id=api.tenant_scope(api_key),
+            scope=api.request_scope(request),
             reason=data["reason"],
             requested_by=api_key.id,
         )
@@ -97,16 +97,14 @@ class QueueTaskViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"])
     def read(self, request: Request, pk: str) -> Response:
         data = api.body(s.TaskReadIn, request).validated_data
-        cursor = tasks.mark_task_read(
-            task_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
-        )
+        cursor = tasks.mark_task_read(task_id=pk, scope=api.request_scope(request), **data)
         return Response(s.TaskReadCursorOut(cursor).data)
 
     @extend_schema(parameters=[s.AttemptsQuery], responses=s.AttemptPageOut)
     @action(detail=True, methods=["get"])
     def attempts(self, request: Request, pk: str) -> Response:
         query = api.query(s.AttemptsQuery, request)
-        task = selectors.get_task_for(api_key=request_key(request), task_id=pk)
+        task = selectors.get_task_for(scope=api.request_scope(request), task_id=pk)
         items = selectors.attempts_of(task=task, **query)
         page = {"task_id": task.id, "items": items, "count": len(items)}
         return Response(s.AttemptPageOut(page).data)
@@ -116,7 +114,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     def retry(self, request: Request, pk: str) -> Response:
         data = api.body(s.RetryIn, request).validated_data
         reservation = attempt_retries.reserve_retry(
-            task_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
+            task_id=pk, scope=api.request_scope(request), **data
         )
         return api.created_or_replayed(reservation, s.ReservationOut, reservation.created)
 
@@ -127,7 +125,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
         activation = attempt_retries.activate_retry(
             task_id=pk,
             attempt_id=validate_path_id(attempt_id, field="attempt_id"),
-            tenant_id=api.tenant_scope(request_key(request)),
+            scope=api.request_scope(request),
         )
         return Response(s.ActivationOut(activation).data)
 
@@ -138,7 +136,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
         attempt = attempt_retries.record_attempt_failure(
             task_id=pk,
             attempt_id=validate_path_id(attempt_id, field="attempt_id"),
-            tenant_id=api.tenant_scope(request_key(request)),
+            scope=api.request_scope(request),
             **data,
         )
         return Response(s.AttemptOut(attempt).data)
@@ -153,7 +151,7 @@ class QueueViewSet(viewsets.ViewSet):
     @action(detail=False, methods=["get"])
     def stats(self, request: Request) -> Response:
         queue = api.query(s.QueueQuery, request).get("queue")
-        scope = selectors.in_queue(selectors.tasks_for(api_key=request_key(request)), queue)
+        scope = selectors.in_queue(selectors.tasks_for(scope=api.request_scope(request)), queue)
         stats = selectors.queue_stats(tasks=scope, queue=queue)
         return Response(s.QueueStatsOut(stats).data)
 
@@ -162,7 +160,7 @@ class QueueViewSet(viewsets.ViewSet):
     def commander(self, request: Request) -> Response:
         query = api.query(s.CommanderQuery, request)
         queue, reader_id = query.get("queue"), query.get("reader_id")
-        scope = selectors.in_queue(selectors.tasks_for(api_key=request_key(request)), queue)
+        scope = selectors.in_queue(selectors.tasks_for(scope=api.request_scope(request)), queue)
         stats = selectors.queue_stats(tasks=scope, queue=queue)
         items = selectors.commander(tasks=scope, reader_id=reader_id)
         snapshot = {"queue": queue, "reader_id": reader_id, "stats": stats, "items": items}

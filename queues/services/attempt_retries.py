@@ -23,6 +23,7 @@ from django.db import transaction
 
 from agentrun.errors import AgentRunError, conflict
 from agentrun.ids import new_id
+from agentrun.tenancy import Scope
 from queues.locks import lock_attempt, lock_attempts, lock_task
 from queues.models import (
     ACTIVE_ATTEMPT_STATES,
@@ -48,7 +49,7 @@ class Reservation:
 
 
 def reserve_retry(
-    *, task_id: str, tenant_id: str | None, idempotency_key: str, reason: str, dry_run: bool
+    *, task_id: str, scope: Scope, idempotency_key: str, reason: str, dry_run: bool
 ) -> Reservation:
     """Reserve the task's next attempt (see module doc).
 
@@ -57,7 +58,7 @@ def reserve_retry(
     `attempt_active`, `task_not_retryable`, `task_payload_mismatch`.
     """
     with transaction.atomic(durable=True):
-        task = lock_task(task_id, tenant_id=tenant_id)
+        task = lock_task(task_id, scope=scope)
         check_task_intact(task)
         attempts = lock_attempts(task)
         existing = next((a for a in attempts if a.idempotency_key == idempotency_key), None)
@@ -112,7 +113,7 @@ class Activation:
     activated: bool
 
 
-def activate_retry(*, task_id: str, attempt_id: str, tenant_id: str | None) -> Activation:
+def activate_retry(*, task_id: str, attempt_id: str, scope: Scope) -> Activation:
     """Start a reserved attempt: its run, turn and dispatch; attempt and task `running`.
 
     Locks: the task, the attempt, then the run it creates (new, so the run → task order
@@ -121,7 +122,7 @@ def activate_retry(*, task_id: str, attempt_id: str, tenant_id: str | None) -> A
     creation and session admission.
     """
     with transaction.atomic(durable=True):
-        task = lock_task(task_id, tenant_id=tenant_id)
+        task = lock_task(task_id, scope=scope)
         attempt = lock_attempt(task, attempt_id)
         if attempt.state != AttemptState.RESERVED:
             return Activation(task, attempt, activated=False)
@@ -170,7 +171,7 @@ def record_attempt_failure(
     *,
     task_id: str,
     attempt_id: str,
-    tenant_id: str | None,
+    scope: Scope,
     failure_kind: str,
     failure_message: str,
 ) -> QueueAttempt:
@@ -178,7 +179,7 @@ def record_attempt_failure(
     that is no longer reserved is returned unchanged. Locks: the task, then the attempt.
     Errors: 404."""
     with transaction.atomic(durable=True):
-        task = lock_task(task_id, tenant_id=tenant_id)
+        task = lock_task(task_id, scope=scope)
         attempt = lock_attempt(task, attempt_id)
         _record_failure_locked(attempt, failure_kind, failure_message)
     return attempt

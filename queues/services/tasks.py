@@ -21,9 +21,10 @@ from urllib.parse import quote
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from agentrun.errors import AgentRunError, conflict, invalid, not_found
+from agentrun.errors import AgentRunError, conflict, invalid
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
+from agentrun.tenancy import Scope
 from queues.locks import lock_task
 from queues.models import ACTIVE_ATTEMPT_STATES, QueueAttempt, QueueReadCursor, QueueTask
 from queues.services.transitions import finish_attempt_locked, move_task_locked
@@ -153,7 +154,7 @@ class _TaskMoved(Exception):
 
 
 def cancel_task(
-    *, task_id: str, tenant_id: str | None, reason: str, requested_by: str | None = None
+    *, task_id: str, scope: Scope, reason: str, requested_by: str | None = None
 ) -> CancelledTask:
     """Cancel a task and, through the runs services, its latest attempt's run.
 
@@ -166,7 +167,7 @@ def cancel_task(
     for _ in range(3):
         try:
             with transaction.atomic(durable=True):
-                return _cancel_once(task_id, tenant_id, reason=reason, requested_by=requested_by)
+                return _cancel_once(task_id, scope, reason=reason, requested_by=requested_by)
         except _TaskMoved:
             continue
     raise conflict(f"queue task {task_id} kept changing; retry", code="task_changed")
@@ -180,14 +181,14 @@ def _live_run_id(task: QueueTask) -> str | None:
 
 
 def _cancel_once(
-    task_id: str, tenant_id: str | None, *, reason: str, requested_by: str | None
+    task_id: str, scope: Scope, *, reason: str, requested_by: str | None
 ) -> CancelledTask:
-    observed = get_task_in(task_id, tenant_id)
+    observed = scope.get_or_404(QueueTask.objects.all(), task_id, kind="queue task")
     if observed.is_terminal:
         return CancelledTask(observed, changed=False)
     run_id = _live_run_id(observed)
     run = lock_run(run_id) if run_id and Run.objects.filter(pk=run_id).exists() else None
-    task = lock_task(task_id)
+    task = lock_task(task_id, scope=scope)
     if _live_run_id(task) != run_id:
         raise _TaskMoved
     if task.is_terminal:
@@ -219,25 +220,14 @@ def _latest_attempt(task: QueueTask) -> QueueAttempt | None:
     return QueueAttempt.objects.filter(task=task).order_by("-retry_index").first()
 
 
-def get_task_in(task_id: str, tenant_id: str | None) -> QueueTask:
-    """The task, if it is in `tenant_id` (any tenant when None); else 404."""
-    tasks = QueueTask.objects.filter(pk=task_id)
-    if tenant_id is not None:
-        tasks = tasks.filter(tenant_id=tenant_id)
-    task = tasks.first()
-    if task is None:
-        raise not_found("queue task", task_id)
-    return task
-
-
-def mark_task_read(*, task_id: str, tenant_id: str | None, reader_id: str) -> QueueReadCursor:
+def mark_task_read(*, task_id: str, scope: Scope, reader_id: str) -> QueueReadCursor:
     """Record that `reader_id` has read the task as of its current version.
 
     Locks: none. Two marks racing keep the newer version (`GREATEST`), so a cursor never
     moves backwards; a change committing meanwhile simply leaves the task unread again.
     Errors: 404.
     """
-    task = get_task_in(task_id, tenant_id)
+    task = scope.get_or_404(QueueTask.objects.all(), task_id, kind="queue task")
     with transaction.atomic(durable=True), connection.cursor() as cursor:
         # Raw SQL: an upsert that keeps the larger version, which the ORM cannot say.
         cursor.execute(

@@ -60,7 +60,7 @@ class RunViewSet(api.ObjectViewSet):
 
     @extend_schema(parameters=[*run_filter_parameters(), PageQuery], responses=s.RunPageOut)
     def list(self, request: Request) -> Response:
-        scope = selectors.runs_for(api_key=request_key(request))
+        scope = selectors.runs_for(scope=api.request_scope(request))
         paging = {
             key: request.query_params[key]
             for key in ("page", "page_size")
@@ -91,14 +91,14 @@ class RunViewSet(api.ObjectViewSet):
 
     @extend_schema(responses=s.RunOut)
     def retrieve(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         return Response(s.RunOut(run).data)
 
     @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
         api_key = request_key(request)
-        run = selectors.get_run_for(api_key=api_key, run_id=pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         body = api.body(s.CancelIn, request)
         outcome = cancellation.cancel_run(
             run_id=run.id, reason=body.validated_data["reason"], requested_by=api_key.id
@@ -108,7 +108,7 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(responses=items_of(s.CancelRequestOut))
     @action(detail=True, methods=["get"], url_path="cancel-requests")
     def cancel_requests(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         items = selectors.cancel_requests_for(run=run)
         return Response({"items": s.CancelRequestOut(items, many=True).data})
 
@@ -117,9 +117,9 @@ class RunViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["get", "post"])
     def events(self, request: Request, pk: str) -> Response:
         if request.method == "POST":
-            run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
+            run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
             return self._append_events(request, run_id)
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         query = api.query(s.EventsQuery, request)
         page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
         timed_out = False
@@ -156,7 +156,7 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(parameters=[s.CountQuery], responses=s.CountOut)
     @action(detail=True, methods=["get"], url_path="events/count")
     def events_count(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         query = api.query(s.CountQuery, request)
         return Response({"count": selectors.count_events(run=run, after_seq=query["after_seq"])})
 
@@ -164,7 +164,7 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(methods=["POST"], request=s.CommandCreateIn, responses={201: s.CommandOut})
     @action(detail=True, methods=["get", "post"], url_path="commands")
     def commands(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         if request.method == "GET":
             query = api.query(SeqCursorQuery, request)
             items = selectors.commands_page(run=run, **query)
@@ -176,7 +176,7 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.ClaimIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def claim(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
+        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
         body = api.body(s.ClaimIn, request)
         claimed = lifecycle.claim_run(run_id=run_id, **body.validated_data)
         return Response(s.RunOut(claimed).data)
@@ -184,7 +184,7 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.HeartbeatIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def heartbeat(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
+        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
         body = api.body(s.HeartbeatIn, request)
         current = lifecycle.heartbeat_run(run_id=run_id, **body.validated_data)
         return Response(s.RunOut(current).data)
@@ -192,7 +192,7 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.FinishIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(api_key=request_key(request), run_id=pk)
+        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
         body = api.body(s.FinishIn, request)
         finished = lifecycle.finish_run(
             run_id=run_id,
@@ -208,7 +208,7 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(methods=["POST"], request=s.RunnerJobIn, responses={201: s.RunnerJobOut})
     @action(detail=True, methods=["get", "post"], url_path="runner-jobs")
     def runner_jobs(self, request: Request, pk: str) -> Response:
-        run = selectors.get_run_for(api_key=request_key(request), run_id=pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         if request.method == "GET":
             query = api.query(s.RunnerJobsQuery, request)
             items = selectors.runner_jobs_for(run=run, command_id=query.get("command_id"))
@@ -224,13 +224,13 @@ class RunViewSet(api.ObjectViewSet):
 class CommandViewSet(api.ObjectViewSet):
     @extend_schema(responses=s.CommandOut)
     def retrieve(self, request: Request, pk: str) -> Response:
-        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         return Response(s.CommandOut(command).data)
 
     @extend_schema(request=s.RunnerWriteIn, responses=s.CommandOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def ack(self, request: Request, pk: str) -> Response:
-        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         body = api.body(s.RunnerWriteIn, request)
         acked = command_lifecycle.ack_command(command_id=command.id, **body.validated_data)
         return Response(s.CommandOut(acked).data)
@@ -238,7 +238,7 @@ class CommandViewSet(api.ObjectViewSet):
     @extend_schema(request=s.FinishIn, responses=s.CommandOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
-        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         body = api.body(s.FinishIn, request)
         finished = command_lifecycle.finish_command(
             command_id=command.id,
@@ -252,7 +252,7 @@ class CommandViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
         api_key = request_key(request)
-        command = selectors.get_command_for(api_key=api_key, command_id=pk)
+        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         body = api.body(s.CancelIn, request)
         outcome = cancellation.cancel_command(
             command_id=command.id, reason=body.validated_data["reason"], requested_by=api_key.id
@@ -262,7 +262,7 @@ class CommandViewSet(api.ObjectViewSet):
     @extend_schema(parameters=[s.CommandEventsQuery], responses=items_of(s.EventOut))
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:
-        command = selectors.get_command_for(api_key=request_key(request), command_id=pk)
+        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         query = api.query(s.CommandEventsQuery, request)
         items = selectors.events_for_command(
             run=command.run, command_id=command.id, limit=query["limit"]
@@ -275,7 +275,7 @@ class RunnerJobViewSet(api.ObjectViewSet):
 
     @extend_schema(request=s.RunnerJobPatchIn, responses=s.RunnerJobOut)
     def partial_update(self, request: Request, pk: str) -> Response:
-        job = selectors.get_runner_job_for(api_key=request_key(request), runner_job_id=pk)
+        job = selectors.get_runner_job_for(scope=api.request_scope(request), runner_job_id=pk)
         body = api.body(s.RunnerJobPatchIn, request)
         patched = runners.patch_runner_job_result(
             runner_job_id=job.id, patch=body.validated_data["result"]

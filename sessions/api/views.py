@@ -40,7 +40,7 @@ class SessionViewSet(api.ObjectViewSet):
     def list(self, request: Request) -> Response:
         query = api.query(s.SessionListQuery, request)
         page = selectors.list_sessions(
-            scope=selectors.sessions_for(api_key=request_key(request)),
+            scope=selectors.sessions_for(scope=api.request_scope(request)),
             state=query["state"],
             backend_profile=query.get("backend_profile"),
             reader_id=query.get("reader_id"),
@@ -52,7 +52,7 @@ class SessionViewSet(api.ObjectViewSet):
     @extend_schema(parameters=[s.ReaderQuery], responses=s.SessionOut)
     def retrieve(self, request: Request, pk: str) -> Response:
         query = api.query(s.ReaderQuery, request)
-        session = selectors.get_session_for(api_key=request_key(request), session_id=pk)
+        session = selectors.get_session_for(scope=api.request_scope(request), session_id=pk)
         summary = selectors.session_summary(session=session, reader_id=query.get("reader_id"))
         return Response(s.SessionOut(summary).data)
 
@@ -100,9 +100,7 @@ class SessionViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"])
     def steer(self, request: Request, pk: str) -> Response:
         data = api.body(s.SteerIn, request).validated_data
-        result = steering.admit_steer(
-            session_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
-        )
+        result = steering.admit_steer(session_id=pk, scope=api.request_scope(request), **data)
         return api.created_or_replayed(result.command, CommandOut, result.created)
 
     @extend_schema(request=s.SessionCancelIn, responses=s.SessionCancelOut)
@@ -112,7 +110,7 @@ class SessionViewSet(api.ObjectViewSet):
         api_key = request_key(request)
         outcome = steering.cancel_session(
             session_id=pk,
-            tenant_id=api.tenant_scope(api_key),
+            scope=api.request_scope(request),
             reason=data["reason"],
             requested_by=api_key.id,
         )
@@ -138,7 +136,7 @@ class SessionViewSet(api.ObjectViewSet):
 
     def _events(self, request: Request, pk: str, *, output_only: bool) -> Response:
         query = api.query(s.SessionEventsQuery, request)
-        session = selectors.get_session_for(api_key=request_key(request), session_id=pk)
+        session = selectors.get_session_for(scope=api.request_scope(request), session_id=pk)
         run_id = selectors.resolve_session_run(session=session, run_id=query.get("run_id"))
         items = selectors.session_events(
             run_id=run_id,
@@ -153,7 +151,7 @@ class SessionViewSet(api.ObjectViewSet):
     def read(self, request: Request, pk: str) -> Response:
         data = api.body(s.ReadIn, request).validated_data
         cursor = lifecycle.mark_session_read(
-            session_id=pk, tenant_id=api.tenant_scope(request_key(request)), **data
+            session_id=pk, scope=api.request_scope(request), **data
         )
         return Response(s.ReadCursorOut(cursor).data)
 
@@ -162,7 +160,7 @@ class SessionViewSet(api.ObjectViewSet):
     def storage(self, request: Request, pk: str) -> Response:
         facts = api.body(s.StorageIn, request).facts()
         session = lifecycle.refresh_session_storage(
-            session_id=pk, tenant_id=api.tenant_scope(request_key(request)), facts=facts
+            session_id=pk, scope=api.request_scope(request), facts=facts
         )
         return Response(s.SessionOut(session).data)
 
@@ -170,6 +168,6 @@ class SessionViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["post"], url_path="storage/evict")
     def evict(self, request: Request, pk: str) -> Response:
         session = lifecycle.mark_session_storage_evicted(
-            session_id=pk, tenant_id=api.tenant_scope(request_key(request))
+            session_id=pk, scope=api.request_scope(request)
         )
         return Response(s.SessionOut(session).data)

@@ -18,7 +18,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentrun.errors import invalid, not_found
+from agentrun.errors import invalid
+from agentrun.tenancy import Scope
 from sessions.locks import lock_or_insert_session, lock_session
 from sessions.models import Session, SessionReadCursor, StorageKind
 from sessions.versions import next_session_version
@@ -35,11 +36,8 @@ class SessionFields:
     codex_rollout_subdir: str = "sessions"
 
 
-def _locked_for(session_id: str, tenant_id: str | None) -> Session:
-    session = lock_session(session_id)
-    if session is None or (tenant_id is not None and session.tenant_id != tenant_id):
-        raise not_found("session", session_id)
-    return session
+def _locked_for(session_id: str, scope: Scope) -> Session:
+    return scope.require(lock_session(session_id), kind="session", object_id=session_id)
 
 
 def upsert_session(*, session_id: str, tenant_id: str, fields: SessionFields) -> Session:
@@ -61,8 +59,7 @@ def upsert_session(*, session_id: str, tenant_id: str, fields: SessionFields) ->
             session, inserted = lock_or_insert_session(new)
             if inserted:
                 return session
-        if session.tenant_id != tenant_id:
-            raise not_found("session", session_id)
+        Scope.tenant(tenant_id).require(session, kind="session", object_id=session_id)
         for name, value in values.items():
             setattr(session, name, value)
         session.version = next_session_version()
@@ -71,12 +68,10 @@ def upsert_session(*, session_id: str, tenant_id: str, fields: SessionFields) ->
     return session
 
 
-def mark_session_read(
-    *, session_id: str, tenant_id: str | None, reader_id: str
-) -> SessionReadCursor:
+def mark_session_read(*, session_id: str, scope: Scope, reader_id: str) -> SessionReadCursor:
     """Remember that `reader_id` has seen the session as it is now."""
     with transaction.atomic(durable=True):
-        session = _locked_for(session_id, tenant_id)
+        session = _locked_for(session_id, scope)
         cursor, _ = SessionReadCursor.objects.update_or_create(
             session=session,
             reader_id=reader_id,
@@ -98,16 +93,14 @@ class StorageFacts:
     codex_rollout_subdir: str | None = None
 
 
-def refresh_session_storage(
-    *, session_id: str, tenant_id: str | None, facts: StorageFacts
-) -> Session:
+def refresh_session_storage(*, session_id: str, scope: Scope, facts: StorageFacts) -> Session:
     """Record where a session's state lives and how big it is."""
     if facts.storage_kind == StorageKind.LOCAL and not facts.storage_path:
         raise invalid("storage_path: required for local storage", field="storage_path")
     if facts.storage_kind == StorageKind.PVC and not facts.storage_pvc_name:
         raise invalid("storage_pvc_name: required for pvc storage", field="storage_pvc_name")
     with transaction.atomic(durable=True):
-        session = _locked_for(session_id, tenant_id)
+        session = _locked_for(session_id, scope)
         values = {k: v for k, v in facts.__dict__.items() if k != "codex_rollout_subdir"}
         for name, value in values.items():
             setattr(session, name, value)
@@ -126,10 +119,10 @@ def refresh_session_storage(
     return session
 
 
-def mark_session_storage_evicted(*, session_id: str, tenant_id: str | None) -> Session:
+def mark_session_storage_evicted(*, session_id: str, scope: Scope) -> Session:
     """Record that the session's storage is gone (its next run starts a fresh thread dir)."""
     with transaction.atomic(durable=True):
-        session = _locked_for(session_id, tenant_id)
+        session = _locked_for(session_id, scope)
         _evict_locked(session)
     return session
 

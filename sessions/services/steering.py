@@ -11,25 +11,24 @@ from typing import Any
 
 from django.db import transaction
 
-from agentrun.errors import conflict, not_found
+from agentrun.errors import conflict
 from agentrun.locks import LockKey, advisory_xact_lock
+from agentrun.tenancy import Scope
 from runs.services.cancellation import CancelOutcome, cancel_run_locked
 from runs.services.command_lifecycle import CreatedCommand, create_command_locked
 from sessions.models import Session
 from sessions.services.admission import ActiveTurn, lock_active_turn
 
 
-def _active_turn(session_id: str, tenant_id: str | None) -> ActiveTurn | None:
+def _active_turn(session_id: str, scope: Scope) -> ActiveTurn | None:
     observed = Session.objects.filter(pk=session_id).first()
-    if observed is None or (tenant_id is not None and observed.tenant_id != tenant_id):
-        raise not_found("session", session_id)
-    return lock_active_turn(observed)
+    return lock_active_turn(scope.require(observed, kind="session", object_id=session_id))
 
 
 def admit_steer(
     *,
     session_id: str,
-    tenant_id: str | None,
+    scope: Scope,
     payload: dict[str, Any],
     idempotency_key: str | None = None,
     expected_turn_id: str | None = None,
@@ -38,7 +37,7 @@ def admit_steer(
     run, its command, the session row. Errors: 404; 409 `no_active_turn`; 409 `stale_turn`."""
     with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
-        active = _active_turn(session_id, tenant_id)
+        active = _active_turn(session_id, scope)
         if active is None:
             raise conflict(
                 f"session {session_id} has no active turn to steer", code="no_active_turn"
@@ -60,12 +59,12 @@ def admit_steer(
 
 
 def cancel_session(
-    *, session_id: str, tenant_id: str | None, reason: str, requested_by: str | None
+    *, session_id: str, scope: Scope, reason: str, requested_by: str | None
 ) -> CancelOutcome | None:
     """Cancel the session's active turn; None when it has none (nothing changes)."""
     with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
-        active = _active_turn(session_id, tenant_id)
+        active = _active_turn(session_id, scope)
         if active is None:
             return None
         return cancel_run_locked(

@@ -11,6 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from agentrun.tenancy import Scope
 from runs import selectors
 from runs.models import Event, Run
 from runs.services.cancellation import cancel_run
@@ -193,7 +194,7 @@ def test_list_for_a_tenant_without_runs_is_an_empty_page() -> None:
 def test_list_runs_selector_is_one_query_for_a_page(
     three_runs: dict[str, Any], django_assert_num_queries: Any
 ) -> None:
-    scope = selectors.runs_for(api_key=key_of(key_client(role="client")))
+    scope = selectors.runs_for(scope=Scope.of(key_of(key_client(role="client"))))
     with django_assert_num_queries(1):
         page = selectors.list_runs(
             scope=scope, filtered=scope, sort="updated-desc", page=1, page_size=50

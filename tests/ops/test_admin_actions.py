@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from agentrun.tenancy import Scope
 from dispatch.models import RunnerDispatchIntent
 from outbox.models import KafkaEventOutbox
 from queues.models import QueueTask
@@ -99,7 +100,7 @@ def test_evict_storage_marks_it_evicted_once(staff: Client, world: World, tmp_pa
     session = world.session
     refresh_session_storage(
         session_id=session.pk,
-        tenant_id=None,
+        scope=Scope.operator(),
         facts=StorageFacts(storage_kind="local", storage_path=str(tmp_path)),
     )
     page = act(staff, "/admin/agent_sessions/session/", "evict_session_storage", [session.pk])

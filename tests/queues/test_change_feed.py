@@ -13,6 +13,7 @@ from django.db import transaction
 from rest_framework.test import APIClient
 
 from agentrun.errors import AgentRunError
+from agentrun.tenancy import Scope
 from queues.models import QueueTask
 from queues.services.scheduler import schedule_batch
 from queues.services.tasks import cancel_task, create_task_locked, mark_task_read
@@ -79,8 +80,12 @@ def _change(writer: int, step: int) -> None:
     else:
         pending = QueueTask.objects.filter(state__in=["pending", "running"]).order_by("?").first()
         if pending is not None:
-            cancel_task(task_id=pending.id, tenant_id="tenant-a", reason=f"writer {writer}")
-            mark_task_read(task_id=pending.id, tenant_id="tenant-a", reader_id=f"r-{writer}")
+            cancel_task(
+                task_id=pending.id, scope=Scope.tenant("tenant-a"), reason=f"writer {writer}"
+            )
+            mark_task_read(
+                task_id=pending.id, scope=Scope.tenant("tenant-a"), reader_id=f"r-{writer}"
+            )
 
 
 def _writer(writer: int) -> Callable[[], int]:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from agentrun.tenancy import Scope
 from queues.models import QueueAttempt, QueueTask
 from queues.services.attempt_retries import reserve_retry
 from runs.models import Backend, Run
@@ -122,7 +123,7 @@ def test_concurrent_reserves_with_one_key_make_one_attempt() -> None:
     def reserve() -> Any:
         return reserve_retry(
             task_id=failed.id,
-            tenant_id="tenant-a",
+            scope=Scope.tenant("tenant-a"),
             idempotency_key="r-same",
             reason="flaky",
             dry_run=False,
@@ -142,7 +143,7 @@ def test_concurrent_reserves_with_different_keys_leave_one_active_attempt() -> N
     def reserve(n: int) -> Any:
         return lambda: reserve_retry(
             task_id=failed.id,
-            tenant_id="tenant-a",
+            scope=Scope.tenant("tenant-a"),
             idempotency_key=f"r-{n}",
             reason="flaky",
             dry_run=False,

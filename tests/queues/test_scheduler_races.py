@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from agentrun.tenancy import Scope
 from queues.models import QueueAttempt, QueueTask
 from queues.services.scheduler import schedule_batch
 from queues.services.tasks import cancel_task
@@ -102,7 +103,9 @@ def test_cancels_racing_the_scheduler_leave_every_task_and_its_run_cancelled() -
     def cancel_all(order: list[str]) -> Callable[[], int]:
         def work() -> int:
             return sum(
-                cancel_task(task_id=task_id, tenant_id="tenant-a", reason="racing").changed
+                cancel_task(
+                    task_id=task_id, scope=Scope.tenant("tenant-a"), reason="racing"
+                ).changed
                 for task_id in order
             )
 

@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
+from agentrun.tenancy import Scope
 from runs.models import Run
 from sessions.services.steering import admit_steer, cancel_session
 from tests.sessions.helpers import admit
@@ -58,7 +59,9 @@ def test_a_created_turn_on_a_new_session() -> None:
 
 def test_a_created_turn_on_a_session_whose_last_turn_ended_locks_its_row_once() -> None:
     admit("s-ended", "first", dispatch={})
-    cancel_session(session_id="s-ended", tenant_id="tenant-a", reason="stop", requested_by=None)
+    cancel_session(
+        session_id="s-ended", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
+    )
     sqls = statements(lambda: admit("s-ended", "second", dispatch={}))
     assert len(sqls) == 18, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
@@ -108,7 +111,9 @@ def test_a_steer(through: str) -> None:
         sqls = statements(lambda: admit("s-steer", "more", when_busy="steer"))
     else:
         sqls = statements(
-            lambda: admit_steer(session_id="s-steer", tenant_id="tenant-a", payload={"text": "x"})
+            lambda: admit_steer(
+                session_id="s-steer", scope=Scope.tenant("tenant-a"), payload={"text": "x"}
+            )
         )
     assert len(sqls) == 16, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
@@ -132,7 +137,7 @@ def test_a_session_cancel() -> None:
     claim(first.run.id)
     sqls = statements(
         lambda: cancel_session(
-            session_id="s-cancel", tenant_id="tenant-a", reason="stop", requested_by=None
+            session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
     assert len(sqls) == 24, sqls

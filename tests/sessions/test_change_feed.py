@@ -10,6 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agentrun.errors import AgentRunError
+from agentrun.tenancy import Scope
 from runs.models import Run
 from sessions.models import Session
 from sessions.services.lifecycle import (
@@ -75,13 +76,15 @@ def _change(writer: int, step: int) -> None:
         _finish_active_turn(session_id, runner_id=f"runner-{writer}")
     elif kind == 2:
         facts = StorageFacts(storage_kind="local", storage_path=f"/tmp/{session_id}/{step}")
-        refresh_session_storage(session_id=session_id, tenant_id="tenant-a", facts=facts)
+        refresh_session_storage(session_id=session_id, scope=Scope.tenant("tenant-a"), facts=facts)
     else:
         fields = SessionFields(
             project_id="proj-1", backend_profile="scripted", metadata={"by": writer, "step": step}
         )
         upsert_session(session_id=session_id, tenant_id="tenant-a", fields=fields)
-    mark_session_read(session_id=session_id, tenant_id="tenant-a", reader_id=f"reader-{writer}")
+    mark_session_read(
+        session_id=session_id, scope=Scope.tenant("tenant-a"), reader_id=f"reader-{writer}"
+    )
 
 
 def _finish_active_turn(session_id: str, *, runner_id: str) -> None:

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
+from agentrun.tenancy import Scope
 from sessions.models import Session
 from sessions.services.lifecycle import StorageFacts, refresh_session_storage
 from tests.sessions.world import idle_session, session
@@ -42,7 +43,9 @@ def _stored_session(session_id: str, path: Path, *, expired: bool = True, kind: 
         if kind == "local"
         else StorageFacts(storage_kind="pvc", storage_pvc_name=f"pvc-{session_id}")
     )
-    return refresh_session_storage(session_id=session_id, tenant_id="tenant-a", facts=facts)
+    return refresh_session_storage(
+        session_id=session_id, scope=Scope.tenant("tenant-a"), facts=facts
+    )
 
 
 def _gc(*args: str) -> str:

@@ -22,6 +22,8 @@ from typing import Any
 
 import django
 
+from agentrun.tenancy import Scope
+
 SESSIONS = [f"soak-sess-{n}" for n in range(8)]
 TENANT = "tenant-soak"
 WHEN_BUSY = ["reject", "steer", "interrupt", "enqueue"]
@@ -84,7 +86,7 @@ class Load:
         from sessions.services.steering import admit_steer
 
         session = self.rng.choice(SESSIONS)
-        admit_steer(session_id=session, tenant_id=TENANT, payload={"text": "steer"})
+        admit_steer(session_id=session, scope=Scope.tenant(TENANT), payload={"text": "steer"})
 
     def cancel(self) -> None:
         from runs.services.cancellation import cancel_run
@@ -93,7 +95,7 @@ class Load:
         if self.rng.random() < 0.5:
             cancel_session(
                 session_id=self.rng.choice(SESSIONS),
-                tenant_id=TENANT,
+                scope=Scope.tenant(TENANT),
                 reason="soak",
                 requested_by=None,
             )

@@ -20,6 +20,7 @@ from agentrun.errors import (
     error_for,
     error_headers,
     is_database_busy,
+    log_busy,
 )
 
 ADMIN_PREFIX = "/admin/"
@@ -64,7 +65,8 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 def server_error(request: HttpRequest) -> HttpResponse:
     exc = sys.exc_info()[1]  # Django calls this inside its except block
     if is_database_busy(exc):
-        return envelope_response(database_busy(), exc)
+        busy = database_busy()
+        return log_busy(envelope_response(busy, exc), busy, request.path)
     if wants_html(request):
         return defaults.server_error(request)
     error = _generic(500, "internal_error", "the server failed to answer; see its log")

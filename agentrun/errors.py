@@ -13,18 +13,21 @@ and agentrun.middleware.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, TypeVar
 
 import psycopg
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, HttpResponseBase
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+log = logging.getLogger("agentrun.errors")
+R = TypeVar("R", bound=HttpResponseBase)
 SCHEMA_INVALID = "schema-invalid"
 INFRA_FAILED = "infra-failed"
 CONFLICT = "conflict"
@@ -236,10 +239,22 @@ def error_headers(error: AgentRunError, exc: BaseException | None = None) -> dic
     return headers
 
 
+def log_busy(response: R, error: AgentRunError, path: str) -> R:
+    """A 503 for want of a connection is logged at WARNING, not as Django's ERROR per
+    response: it is load, and the client retries."""
+    if error.code == "database_busy":
+        log.warning("database busy: no pooled connection in time for %s; answered 503", path)
+        setattr(response, "_has_been_logged", True)  # noqa: B010  # log_response skips it
+    return response
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler: every error leaves as the one envelope."""
     error = error_for(exc)
     if error is None:
         return None  # Django's handler500 (agentrun.error_views) renders it
     set_rollback()
-    return Response(error.as_json(), status=error.http_status, headers=error_headers(error, exc))
+    headers = error_headers(error, exc)
+    response = Response(error.as_json(), status=error.http_status, headers=headers)
+    request = context.get("request")
+    return log_busy(response, error, request.path if request is not None else "?")

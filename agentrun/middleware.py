@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from agentrun import logs
 from agentrun.error_views import envelope_response, wants_html
-from agentrun.errors import AgentRunError, database_busy, is_database_busy
+from agentrun.errors import AgentRunError, database_busy, is_database_busy, log_busy
 from agentrun.metrics import REQUEST_LATENCY, route_label
 
 _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -123,7 +123,8 @@ class JsonErrorMiddleware(_Both):
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> Any:
         if is_database_busy(exception):
-            return envelope_response(database_busy(), exception)
+            busy = database_busy()
+            return log_busy(envelope_response(busy, exception), busy, request.path)
         return None
 
     def after(self, request: HttpRequest, response: HttpResponseBase, state: Any) -> Any:
@@ -135,6 +136,7 @@ class JsonErrorMiddleware(_Both):
             _reason(response), code=_code(response.status_code), http_status=response.status_code
         )
         envelope = envelope_response(error)
+        envelope["Content-Length"] = str(len(envelope.content))  # outside CommonMiddleware
         for header in _KEPT_HEADERS:
             if header in response:
                 envelope[header] = response[header]

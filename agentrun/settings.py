@@ -60,6 +60,10 @@ AGENTRUN_DATABASE_EMBEDDED = not os.environ.get("DATABASE_URL")
 AGENTRUN_DB_POOL_SIZE = env_int("AGENTRUN_DB_POOL_SIZE", 10)
 AGENTRUN_DB_POOL_TIMEOUT_S = float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT_S") or 3)
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# How this process's connections show in pg_stat_activity (the listener names its own).
+DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get(
+    "AGENTRUN_DB_APPLICATION_NAME", "agentrun"
+)
 if AGENTRUN_DB_POOL_SIZE > 0:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": min(2, AGENTRUN_DB_POOL_SIZE),

@@ -289,6 +289,7 @@ async def await_event(*, run_id: str, after_seq: int, timeout_s: float) -> bool:
     """
     deadline = time.monotonic() + timeout_s
     listener = run_change_listener()
+    release_request_thread()
     with LONG_POLL_WAITERS.track_inprogress():
         try:
             waiter = await listener.register_async(run_id, after_seq, timeout_s=max(timeout_s, 5.0))
@@ -301,6 +302,28 @@ async def await_event(*, run_id: str, after_seq: int, timeout_s: float) -> bool:
             return waiter.found.is_set()
         finally:
             listener.unregister(waiter)
+
+
+def release_request_thread() -> None:
+    """Let this request's sync thread end now rather than idle through the wait.
+
+    Django's ASGI handler gives each request a one-thread executor (asgiref's
+    ThreadSensitiveContext) that lives until the request ends: a thousand waiters would
+    park a thousand threads. Dropping it here is safe: the request's sync code is done, its
+    connection is back in the pool, and the next sync call (the re-read, request_finished)
+    gets a fresh executor, shut down by the context as usual. Relies on asgiref internals
+    (pinned in requirements.txt); if they change, the thread just idles as before.
+    """
+    from asgiref.sync import SyncToAsync
+
+    executors = getattr(SyncToAsync, "context_to_thread_executor", None)
+    context_var = getattr(SyncToAsync, "thread_sensitive_context", None)
+    context = context_var.get(None) if context_var is not None else None
+    if executors is None or context is None or getattr(context, "_executor", None) is not None:
+        return  # no per-request executor to drop (or one its owner manages)
+    executor = executors.pop(context, None)
+    if executor is not None:
+        executor.shutdown(wait=False)
 
 
 _reread_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (

@@ -8,6 +8,8 @@ function builds the argv so that `up` and a deployment cannot drift apart.
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 
 # Between requests on a kept-alive connection; a client that keeps it longer reconnects.
@@ -54,3 +56,18 @@ def server_argv(*, host: str, port: int, workers: int | None = None) -> list[str
     if workers is not None:
         argv += ["--workers", str(workers)]
     return argv
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m ops.server --host H --port P [--workers N]`: become the server (exec)."""
+    parser = argparse.ArgumentParser(prog="python -m ops.server", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=None)
+    args = parser.parse_args(argv)
+    command = server_argv(host=args.host, port=args.port, workers=args.workers)
+    os.execv(command[0], command)  # the server takes this process's place (and pid)
+
+
+if __name__ == "__main__":
+    main()

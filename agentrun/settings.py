@@ -59,7 +59,12 @@ AGENTRUN_DATABASE_EMBEDDED = not os.environ.get("DATABASE_URL")
 # thread, closed at the end of each request).
 AGENTRUN_DB_POOL_SIZE = env_int("AGENTRUN_DB_POOL_SIZE", 10)
 AGENTRUN_DB_POOL_TIMEOUT_S = float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT_S") or 3)
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# Health checks: the pool tests a connection (one empty round trip) before lending it, so
+# one that the server closed while it sat idle (a restart, pg_terminate_backend) is replaced
+# instead of failing the request that drew it.
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+}
 # How this process's connections show in pg_stat_activity (the listener names its own).
 DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get(
     "AGENTRUN_DB_APPLICATION_NAME", "agentrun"

@@ -332,14 +332,16 @@ _reread_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Sema
 
 
 def reread_slots() -> int:
-    """Woken waiters re-reading at once: half the pool, so other requests still get one."""
+    """Long-poll reads at once (first pages and re-reads): half the pool, so other requests
+    still get a connection; a burst of polls queues on the loop, not in the pool timeout."""
     pool = settings.AGENTRUN_DB_POOL_SIZE or 10
     return max(1, pool // 2)
 
 
 @contextlib.asynccontextmanager
 async def reread_slot() -> AsyncIterator[None]:
-    """Hold one of this loop's re-read slots; the re-read inside gives its connection back."""
+    """Hold one of this loop's long-poll read slots; the read inside gives its connection
+    back before the slot is released."""
     loop = asyncio.get_running_loop()
     semaphore = _reread_slots.get(loop)
     if semaphore is None:

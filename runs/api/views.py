@@ -81,6 +81,18 @@ class PendingWait:
             release_connection()  # back to the pool before the slot is given up
 
 
+def _released(drf_view: Callable[..., Any]) -> Callable[..., Any]:
+    """The DRF view, then its connection back to the pool (before its slot is given up)."""
+
+    def view(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return drf_view(*args, **kwargs)
+        finally:
+            release_connection()
+
+    return view
+
+
 def run_events(drf_view: Callable[..., Any]) -> Callable[..., Any]:
     """The events route for the ASGI handler: the DRF view runs in a thread as usual (auth,
     validation, first page, appends); an empty page with `wait` is awaited here, on the
@@ -89,7 +101,14 @@ def run_events(drf_view: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(drf_view)  # keeps `cls`, `actions`, csrf_exempt: the schema sees DRF
     async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         request.agentrun_async_wait = True  # type: ignore[attr-defined]
-        response: Response = await sync_to_async(drf_view)(request, *args, **kwargs)
+        if request.method == "GET":
+            # A burst of polls queues here, on the loop, rather than in the pool's timeout.
+            async with reread_slot():
+                response: Response = await sync_to_async(_released(drf_view))(
+                    request, *args, **kwargs
+                )
+        else:
+            response = await sync_to_async(drf_view)(request, *args, **kwargs)
         pending: PendingWait | None = getattr(response, "pending_wait", None)
         return response if pending is None else await pending.answer(response)
 

@@ -3,23 +3,60 @@
 Services raise `AgentRunError` (usually through the factories below); the DRF exception
 handler renders it, and every DRF or Django error, as SPEC §3's envelope:
 `{"error": {"code", "failure_kind", "message", "details"}}` with the matching status.
+
+The failure kind follows from the status (FAILURE_KINDS, one table), so a conflict never
+says `schema-invalid`; a factory passes its own only where the error is more specific (a
+lease conflict). Errors Django itself answers (an unknown URL, a 405 from a plain view, a
+bad Host, too many fields, a server error) are rendered the same way by agentrun.error_views
+and agentrun.middleware.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, TypeVar
 
+import psycopg
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, HttpResponseBase
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+log = logging.getLogger("agentrun.errors")
+R = TypeVar("R", bound=HttpResponseBase)
 SCHEMA_INVALID = "schema-invalid"
 INFRA_FAILED = "infra-failed"
+CONFLICT = "conflict"
+RATE_LIMITED = "rate-limited"
+# The failure kind of an error by its HTTP status: the request's shape (schema-invalid), the
+# state it met (conflict), the service's capacity (rate-limited), the service itself
+# (infra-failed). Auth, not-found and method errors name no failure: None.
+FAILURE_KINDS: dict[int, str | None] = {
+    400: SCHEMA_INVALID,
+    401: None,
+    403: None,
+    404: None,
+    405: None,
+    406: SCHEMA_INVALID,
+    409: CONFLICT,
+    413: SCHEMA_INVALID,
+    415: SCHEMA_INVALID,
+    422: SCHEMA_INVALID,
+    429: RATE_LIMITED,
+}
+# How long a client waits before retrying a 503 or 429 (the Retry-After header).
+RETRY_AFTER_S = 1
+_BY_STATUS: Any = object()  # failure_kind not given: FAILURE_KINDS decides
+
+
+def failure_kind_for(http_status: int) -> str | None:
+    if http_status >= 500:
+        return INFRA_FAILED
+    return FAILURE_KINDS.get(http_status, SCHEMA_INVALID)
 
 
 class AgentRunError(Exception):
@@ -31,14 +68,16 @@ class AgentRunError(Exception):
         *,
         code: str,
         http_status: int,
-        failure_kind: str | None = SCHEMA_INVALID,
+        failure_kind: str | None = _BY_STATUS,
         details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.http_status = http_status
-        self.failure_kind = failure_kind
+        self.failure_kind = (
+            failure_kind_for(http_status) if failure_kind is _BY_STATUS else failure_kind
+        )
         self.details = details or {}
 
     def as_json(self) -> dict[str, Any]:
@@ -71,7 +110,7 @@ def conflict(
     message: str,
     *,
     code: str = "conflict",
-    failure_kind: str | None = SCHEMA_INVALID,
+    failure_kind: str | None = _BY_STATUS,
     **details: Any,
 ) -> AgentRunError:
     return AgentRunError(
@@ -131,29 +170,91 @@ def _from_drf(exc: exceptions.APIException) -> AgentRunError:
     return AgentRunError(str(exc.detail), code=code, http_status=exc.status_code)
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF exception handler: every error leaves as the one envelope."""
-    if isinstance(exc, Http404):
-        error = AgentRunError("not found", code="not_found", http_status=404)
-    elif isinstance(exc, RequestDataTooBig):
-        error = AgentRunError(
+def database_busy() -> AgentRunError:
+    return AgentRunError(
+        "the database is busy: no connection came free in time; retry",
+        code="database_busy",
+        http_status=503,
+        details={"retry_after_s": RETRY_AFTER_S},
+    )
+
+
+# PostgreSQL refused a connection for a passing reason: too many clients, starting up.
+_BUSY_SQLSTATES = {"53300", "57P03"}
+
+
+def is_database_busy(exc: BaseException | None) -> bool:
+    """The pool had no connection within its timeout (psycopg_pool.PoolTimeout, which
+    Django wraps in its OperationalError), or the server refused a new one for now."""
+    from psycopg_pool import PoolTimeout
+
+    seen = 0
+    while exc is not None and seen < 10:  # the cause chain; bounded against cycles
+        if isinstance(exc, PoolTimeout):
+            return True
+        if isinstance(exc, psycopg.OperationalError) and exc.sqlstate in _BUSY_SQLSTATES:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _request_error(exc: SuspiciousOperation) -> AgentRunError:
+    """Django's own request errors: a body too large, too many fields, a bad Host, …"""
+    if isinstance(exc, RequestDataTooBig):
+        return AgentRunError(
             f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes",
             code="request_too_large",
             http_status=413,
             details={"max_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE},
         )
-    elif isinstance(exc, DjangoPermissionDenied):
-        error = AgentRunError("forbidden", code="forbidden", http_status=403, failure_kind=None)
-    elif isinstance(exc, DjangoValidationError):
-        error = invalid("; ".join(exc.messages))
-    elif isinstance(exc, exceptions.APIException):
-        error = _from_drf(exc)
-    elif isinstance(exc, AgentRunError):
-        error = exc
-    else:
-        return None
-    set_rollback()
-    response = Response(error.as_json(), status=error.http_status)
+    return AgentRunError(str(exc) or "bad request", code="bad_request", http_status=400)
+
+
+def error_for(exc: BaseException) -> AgentRunError | None:
+    """The envelope error for an exception, or None for an unexpected one (a 500)."""
+    if isinstance(exc, AgentRunError):
+        return exc
+    if isinstance(exc, Http404):
+        return AgentRunError("not found", code="not_found", http_status=404)
+    if isinstance(exc, SuspiciousOperation):
+        return _request_error(exc)
+    if isinstance(exc, DjangoPermissionDenied):
+        return AgentRunError("forbidden", code="forbidden", http_status=403, failure_kind=None)
+    if isinstance(exc, DjangoValidationError):
+        return invalid("; ".join(exc.messages))
+    if isinstance(exc, exceptions.APIException):
+        return _from_drf(exc)
+    if is_database_busy(exc):
+        return database_busy()
+    return None
+
+
+def error_headers(error: AgentRunError, exc: BaseException | None = None) -> dict[str, str]:
+    headers = {}
     if error.http_status == status.HTTP_401_UNAUTHORIZED:
-        response["WWW-Authenticate"] = 'Bearer realm="agentrun"'
+        headers["WWW-Authenticate"] = 'Bearer realm="agentrun"'
+    if error.http_status in (429, 503):
+        wait = getattr(exc, "wait", None)
+        headers["Retry-After"] = str(max(1, int(wait)) if wait else RETRY_AFTER_S)
+    return headers
+
+
+def log_busy(response: R, error: AgentRunError, path: str) -> R:
+    """A 503 for want of a connection is logged at WARNING, not as Django's ERROR per
+    response: it is load, and the client retries."""
+    if error.code == "database_busy":
+        log.warning("database busy: no pooled connection in time for %s; answered 503", path)
+        setattr(response, "_has_been_logged", True)  # noqa: B010  # log_response skips it
     return response
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler: every error leaves as the one envelope."""
+    error = error_for(exc)
+    if error is None:
+        return None  # Django's handler500 (agentrun.error_views) renders it
+    set_rollback()
+    headers = error_headers(error, exc)
+    response = Response(error.as_json(), status=error.http_status, headers=headers)
+    request = context.get("request")
+    return log_busy(response, error, request.path if request is not None else "?")

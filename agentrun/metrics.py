@@ -21,12 +21,10 @@ counts only. Counters live in the process that did the work; set `PROMETHEUS_MUL
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
@@ -88,24 +86,6 @@ def _count(counter: Counter, outcomes: Mapping[str, int]) -> None:
     for label, value in outcomes.items():
         if value:
             counter.labels(label).inc(value)
-
-
-class RouteLatencyMiddleware:
-    """Observes each request's latency under its resolved route pattern. Outermost, so it
-    measures what the client waits for."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        started = time.perf_counter()
-        response = self.get_response(request)
-        match = request.resolver_match
-        method = request.method if request.method in _METHODS else "other"
-        REQUEST_LATENCY.labels(
-            method, route_label(match.route) if match else "<unmatched>", str(response.status_code)
-        ).observe(time.perf_counter() - started)
-        return response
 
 
 def route_label(route: str) -> str:

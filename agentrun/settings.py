@@ -50,7 +50,34 @@ ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h
 AGENTRUN_DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / ".agentrun"))
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(AGENTRUN_DATA_DIR)
 AGENTRUN_DATABASE_EMBEDDED = not os.environ.get("DATABASE_URL")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Connections come from a bounded pool per process (Django's native psycopg pool): a request
+# borrows one for its queries and gives it back at its end, so a process never holds more
+# than AGENTRUN_DB_POOL_SIZE (plus the one long-poll listener, runs/waiting.py), whatever the
+# number of requests or threads. A request that finds the pool empty waits up to
+# AGENTRUN_DB_POOL_TIMEOUT_S, then answers 503 `database_busy` with Retry-After
+# (agentrun/middleware.py). AGENTRUN_DB_POOL_SIZE=0 turns the pool off (a connection per
+# thread, closed at the end of each request).
+AGENTRUN_DB_POOL_SIZE = env_int("AGENTRUN_DB_POOL_SIZE", 10)
+AGENTRUN_DB_POOL_TIMEOUT_S = float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT_S") or 3)
+# Health checks: the pool tests a connection (one empty round trip) before lending it, so
+# one that the server closed while it sat idle (a restart, pg_terminate_backend) is replaced
+# instead of failing the request that drew it.
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+}
+# How this process's connections show in pg_stat_activity (the listener names its own).
+DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get(
+    "AGENTRUN_DB_APPLICATION_NAME", "agentrun"
+)
+if AGENTRUN_DB_POOL_SIZE > 0:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, AGENTRUN_DB_POOL_SIZE),
+        "max_size": AGENTRUN_DB_POOL_SIZE,
+        "timeout": AGENTRUN_DB_POOL_TIMEOUT_S,
+        # A connection idle this long is closed (down to min_size): a burst's connections
+        # do not stay open for ever on a shared server.
+        "max_idle": 60,
+    }
 # Server-side limits for every connection of the app role (0 turns one off). Long-polls are
 # not affected: they wait outside any transaction, on an autocommit LISTEN connection, and a
 # wait for a notification is not a statement. The statement timeout bounds a runaway query
@@ -85,8 +112,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "agentrun.metrics.RouteLatencyMiddleware",  # outermost: the latency a client sees
+    # Every middleware is sync-and-async capable, so the ASGI handler runs the async
+    # long-poll view on the event loop, not in a thread blocked for the wait.
+    "agentrun.middleware.RouteLatencyMiddleware",  # outermost: the latency a client sees
     "agentrun.middleware.LogContextMiddleware",
+    "agentrun.middleware.JsonErrorMiddleware",  # the JSON envelope outside /admin/
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

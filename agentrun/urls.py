@@ -23,3 +23,10 @@ urlpatterns = [
     path("api/v1/", include("queues.api.urls")),
     path("api/v1/outbox/", include("outbox.api.urls")),
 ]
+
+# Django's own error answers (unknown URL, bad request, server error) as the JSON envelope;
+# `/admin/` keeps Django's pages (agentrun/error_views.py).
+handler400 = "agentrun.error_views.bad_request"
+handler403 = "agentrun.error_views.permission_denied"
+handler404 = "agentrun.error_views.page_not_found"
+handler500 = "agentrun.error_views.server_error"

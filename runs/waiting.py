@@ -14,10 +14,17 @@ LISTENing, so an append committed before that check is seen by it, and one commi
 it notifies the listener (seed `waitForRunChange`). If the listener loses its connection it
 reconnects and checks every waiter once more: a lost notification costs a query, never an
 event. While it cannot reconnect, waiters time out (an empty page; the client polls again).
+
+Under ASGI the wait is async (`await_event`): the waiter is an asyncio future resolved from
+the listener thread with `loop.call_soon_threadsafe`, so it holds neither a thread nor a
+connection. The HTTP view (runs/api/views.py) reads its first page in sync code, gives the
+connection back to the pool, awaits, and re-reads through `reread_slot()`: woken together,
+a thousand waiters re-read a few at a time, never more at once than the pool can lend.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -25,10 +32,13 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import psycopg
+from django.conf import settings
 from django.db import connection
 from psycopg.rows import TupleRow
 
@@ -50,11 +60,28 @@ LAST_SEQ_SQL = (
 
 @dataclass(eq=False)
 class Waiter:
-    """One waiting call: `found` is set once the run has an event with seq > after_seq."""
+    """One waiting call: `found` is set once the run has an event with seq > after_seq;
+    an async waiter's `future` is resolved then too, on its own event loop."""
 
     run_id: str
     after_seq: int
     found: threading.Event = field(default_factory=threading.Event)
+    future: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """Called by the listener thread (under its lock)."""
+        if self.found.is_set():
+            return
+        self.found.set()
+        if self.future is not None:
+            # Closed loop: its request is gone, nobody waits for this future any more.
+            with contextlib.suppress(RuntimeError):
+                self.future.get_loop().call_soon_threadsafe(_resolve, self.future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class RunChangeListener:
@@ -77,14 +104,30 @@ class RunChangeListener:
 
     def register(self, run_id: str, after_seq: int, *, timeout_s: float) -> Waiter:
         """A waiter for `run_id`, to be checked; returns once notifications are received."""
-        waiter = Waiter(run_id, after_seq)
-        with self._lock:
-            self._waiters[run_id].add(waiter)
-            self._unchecked.add(run_id)
-        self._ring()
+        waiter = self.add(Waiter(run_id, after_seq))
         if not self._listening.wait(timeout_s):
             self.unregister(waiter)
             raise TimeoutError("the run-change listener could not LISTEN in time")
+        return waiter
+
+    async def register_async(self, run_id: str, after_seq: int, *, timeout_s: float) -> Waiter:
+        """`register` for a coroutine: the waiter's future is resolved on this loop."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = self.add(Waiter(run_id, after_seq, future=future))
+        deadline = time.monotonic() + timeout_s
+        # Only while (re)connecting: poll the flag rather than block the loop on it.
+        while not self._listening.is_set():
+            if time.monotonic() >= deadline:
+                self.unregister(waiter)
+                raise TimeoutError("the run-change listener could not LISTEN in time")
+            await asyncio.sleep(0.05)
+        return waiter
+
+    def add(self, waiter: Waiter) -> Waiter:
+        with self._lock:
+            self._waiters[waiter.run_id].add(waiter)
+            self._unchecked.add(waiter.run_id)
+        self._ring()
         return waiter
 
     def unregister(self, waiter: Waiter) -> None:
@@ -143,7 +186,7 @@ class RunChangeListener:
         with self._lock:
             for waiter in self._waiters.get(run_id, ()):
                 if last_seq > waiter.after_seq:
-                    waiter.found.set()
+                    waiter.wake()
 
     def _ring(self) -> None:
         # Full: the bell rings already. Closed: the listener was stopped, and register()
@@ -172,7 +215,7 @@ class RunChangeListener:
             for run_id, last_seq in last_seqs:
                 for waiter in self._waiters.get(run_id, ()):
                     if last_seq is not None and last_seq > waiter.after_seq:
-                        waiter.found.set()
+                        waiter.wake()
 
 
 _listener: tuple[int, RunChangeListener] | None = None
@@ -200,11 +243,11 @@ def stop_run_change_listener() -> None:
         _listener = None
 
 
-def _release_connection() -> bool:
+def release_connection() -> bool:
     """Close this thread's Django connection unless a transaction pins it; True if free.
 
-    Django reconnects on the next query. Under CONN_MAX_AGE that costs one connect per
-    long-poll, against a server connection held idle for the whole wait otherwise.
+    Django takes one again on the next query: from the pool (AGENTRUN_DB_POOL_SIZE), or a
+    new connection without one.
     """
     if connection.in_atomic_block or (
         connection.connection is not None and not connection.autocommit
@@ -222,7 +265,7 @@ def wait_for_event(*, run_id: str, after_seq: int, timeout_s: float) -> bool:
     transaction); then it stays open, and is checked too, as only it sees its own rows.
     """
     deadline = time.monotonic() + timeout_s
-    if not _release_connection() and (
+    if not release_connection() and (
         Event.objects.filter(run_id=run_id, seq__gt=after_seq).exists()
     ):
         return True
@@ -236,3 +279,72 @@ def wait_for_event(*, run_id: str, after_seq: int, timeout_s: float) -> bool:
             return waiter.found.wait(max(0.0, deadline - time.monotonic()))
         finally:
             listener.unregister(waiter)
+
+
+async def await_event(*, run_id: str, after_seq: int, timeout_s: float) -> bool:
+    """`wait_for_event` for the event loop: True once the run has an event past after_seq.
+
+    The caller has given back its connection (`release_connection`): nothing here touches
+    the database or blocks the loop; the listener thread resolves the waiter's future.
+    """
+    deadline = time.monotonic() + timeout_s
+    listener = run_change_listener()
+    release_request_thread()
+    with LONG_POLL_WAITERS.track_inprogress():
+        try:
+            waiter = await listener.register_async(run_id, after_seq, timeout_s=max(timeout_s, 5.0))
+        except TimeoutError as error:
+            raise not_ready("the run event stream is not available; retry") from error
+        try:
+            assert waiter.future is not None
+            remaining = max(0.0, deadline - time.monotonic())
+            await asyncio.wait([waiter.future], timeout=remaining)
+            return waiter.found.is_set()
+        finally:
+            listener.unregister(waiter)
+
+
+def release_request_thread() -> None:
+    """Let this request's sync thread end now rather than idle through the wait.
+
+    Django's ASGI handler gives each request a one-thread executor (asgiref's
+    ThreadSensitiveContext) that lives until the request ends: a thousand waiters would
+    park a thousand threads. Dropping it here is safe: the request's sync code is done, its
+    connection is back in the pool, and the next sync call (the re-read, request_finished)
+    gets a fresh executor, shut down by the context as usual. Relies on asgiref internals
+    (pinned in requirements.txt); if they change, the thread just idles as before.
+    """
+    from asgiref.sync import SyncToAsync
+
+    executors = getattr(SyncToAsync, "context_to_thread_executor", None)
+    context_var = getattr(SyncToAsync, "thread_sensitive_context", None)
+    context = context_var.get(None) if context_var is not None else None
+    if executors is None or context is None or getattr(context, "_executor", None) is not None:
+        return  # no per-request executor to drop (or one its owner manages)
+    executor = executors.pop(context, None)
+    if executor is not None:
+        executor.shutdown(wait=False)
+
+
+_reread_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def reread_slots() -> int:
+    """Long-poll reads at once (first pages and re-reads): half the pool, so other requests
+    still get a connection; a burst of polls queues on the loop, not in the pool timeout."""
+    pool = settings.AGENTRUN_DB_POOL_SIZE or 10
+    return max(1, pool // 2)
+
+
+@contextlib.asynccontextmanager
+async def reread_slot() -> AsyncIterator[None]:
+    """Hold one of this loop's long-poll read slots; the read inside gives its connection
+    back before the slot is released."""
+    loop = asyncio.get_running_loop()
+    semaphore = _reread_slots.get(loop)
+    if semaphore is None:
+        semaphore = _reread_slots[loop] = asyncio.Semaphore(reread_slots())
+    async with semaphore:
+        yield

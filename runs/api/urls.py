@@ -1,5 +1,6 @@
 """Routes of the runs API under /api/v1 (SPEC §3)."""
 
+from django.urls import URLPattern
 from rest_framework.routers import SimpleRouter
 
 from runs.api import views
@@ -11,4 +12,11 @@ router.register("runner-jobs", views.RunnerJobViewSet, basename="runner-job")
 router.register("runners", views.RunnerViewSet, basename="runner")
 router.register("backends", views.BackendViewSet, basename="backend")
 
-urlpatterns = router.urls
+# The events route is async under ASGI (its long-poll awaits on the event loop); the same
+# DRF view still answers every request, and alone under WSGI or the test client.
+urlpatterns = [
+    URLPattern(p.pattern, views.run_events(p.callback), p.default_args, p.name)
+    if isinstance(p, URLPattern) and p.name == "run-events"
+    else p
+    for p in router.urls
+]

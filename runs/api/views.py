@@ -7,9 +7,13 @@ for any tenant. Objects outside a key's scope are 404s, raised by the selectors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -25,7 +29,7 @@ from runs import selectors
 from runs.api import serializers as s
 from runs.api.filters import RunFilter, run_filter_parameters
 from runs.services import cancellation, command_lifecycle, event_log, lifecycle, runners
-from runs.waiting import wait_for_event
+from runs.waiting import await_event, release_connection, reread_slot, wait_for_event
 
 
 def _filter_params(request: Request) -> Any:
@@ -42,6 +46,77 @@ def _filter_params(request: Request) -> Any:
 
 
 _NOT_EMPTY = {"updated_after": "Enter a valid date/time.", "sort": "Select a valid choice."}
+
+
+def _events_page(run: Any, query: dict[str, Any]) -> dict[str, Any]:
+    """One page of a run's events after `after_seq`, serialized (`timed_out` false)."""
+    page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
+    next_after = page[-1].seq if page else query["after_seq"]
+    data = {"items": page, "count": len(page), "next_after_seq": next_after, "timed_out": False}
+    return dict(s.EventPageOut(data).data)
+
+
+@dataclass(frozen=True)
+class PendingWait:
+    """A long-poll whose first page was empty, handed to `run_events` to await."""
+
+    run: Any
+    query: dict[str, Any]
+
+    async def answer(self, placeholder: Response) -> Response:
+        found = await await_event(
+            run_id=self.run.id, after_seq=self.query["after_seq"], timeout_s=self.query["wait"]
+        )
+        if not found:
+            return placeholder
+        async with reread_slot():  # a few woken waiters at a time hold a connection
+            data = await sync_to_async(self._reread)()
+        response = Response(data, status=placeholder.status_code)
+        for attribute in ("accepted_renderer", "accepted_media_type", "renderer_context"):
+            setattr(response, attribute, getattr(placeholder, attribute))
+        for header, value in placeholder.items():
+            response[header] = value
+        return response
+
+    def _reread(self) -> dict[str, Any]:
+        try:
+            return _events_page(self.run, self.query)
+        finally:
+            release_connection()  # back to the pool before the slot is given up
+
+
+def _released(drf_view: Callable[..., Any]) -> Callable[..., Any]:
+    """The DRF view, then its connection back to the pool (before its slot is given up)."""
+
+    def view(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return drf_view(*args, **kwargs)
+        finally:
+            release_connection()
+
+    return view
+
+
+def run_events(drf_view: Callable[..., Any]) -> Callable[..., Any]:
+    """The events route for the ASGI handler: the DRF view runs in a thread as usual (auth,
+    validation, first page, appends); an empty page with `wait` is awaited here, on the
+    event loop, holding no thread and no database connection (runs/waiting.py)."""
+
+    @functools.wraps(drf_view)  # keeps `cls`, `actions`, csrf_exempt: the schema sees DRF
+    async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        request.agentrun_async_wait = True  # type: ignore[attr-defined]
+        if request.method == "GET":
+            # A burst of polls queues here, on the loop, rather than in the pool's timeout.
+            async with reread_slot():
+                response: Response = await sync_to_async(_released(drf_view))(
+                    request, *args, **kwargs
+                )
+        else:
+            response = await sync_to_async(drf_view)(request, *args, **kwargs)
+        pending: PendingWait | None = getattr(response, "pending_wait", None)
+        return response if pending is None else await pending.answer(response)
+
+    return view
 
 
 class RunViewSet(api.ObjectViewSet):
@@ -121,25 +196,19 @@ class RunViewSet(api.ObjectViewSet):
             return self._append_events(request, run_id)
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         query = api.query(s.EventsQuery, request)
-        page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
-        timed_out = False
-        if not page and query["wait"] > 0:
-            # Sleeps without this thread's database connection; the page query reconnects.
-            timed_out = not wait_for_event(
-                run_id=run.id, after_seq=query["after_seq"], timeout_s=query["wait"]
-            )
-            if not timed_out:
-                page = selectors.events_page(
-                    run=run, after_seq=query["after_seq"], limit=query["limit"]
-                )
-        next_after = page[-1].seq if page else query["after_seq"]
-        data = {
-            "items": page,
-            "count": len(page),
-            "next_after_seq": next_after,
-            "timed_out": timed_out,
-        }
-        return Response(s.EventPageOut(data).data)
+        data = _events_page(run, query)
+        if data["items"] or query["wait"] <= 0:
+            return Response(data)
+        if getattr(request, "agentrun_async_wait", False) and release_connection():
+            # Under ASGI: `run_events` awaits the append on the event loop, then re-reads;
+            # this page (timed out, empty) is the answer if nothing comes.
+            response = Response({**data, "timed_out": True})
+            response.pending_wait = PendingWait(run, query)  # type: ignore[attr-defined]
+            return response
+        # Sleeps without this thread's database connection; the page query reconnects.
+        if wait_for_event(run_id=run.id, after_seq=query["after_seq"], timeout_s=query["wait"]):
+            return Response(_events_page(run, query))
+        return Response({**data, "timed_out": True})
 
     def _append_events(self, request: Request, run_id: str) -> Response:
         body = api.body(s.EventAppendIn, request)

@@ -89,7 +89,7 @@ def create_command_locked(
         raise conflict(
             f"run {run.id} is already terminal: {run.status}",
             code="run_terminal",
-            failure_kind=run.failure_kind or "schema-invalid",
+            failure_kind=run.failure_kind or "conflict",
             status=run.status,
         )
     with collecting(events) as events:

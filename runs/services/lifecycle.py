@@ -167,7 +167,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
             raise conflict(
                 f"run {run_id} is already terminal: {run.status}",
                 code="run_terminal",
-                failure_kind=run.failure_kind or "schema-invalid",
+                failure_kind=run.failure_kind or "conflict",
                 status=run.status,
             )
         now = timezone.now()

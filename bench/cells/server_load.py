@@ -38,7 +38,7 @@ from agentrun.auth import issue_api_key
 from bench import env, fixtures
 from bench.harness import CellReport, Scale, percentile
 from bench.servers import free_port
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from runs.waiting import APPLICATION_NAME as LISTENER_NAME
 
 SERVER_NAME = "agentrun-bench-server"

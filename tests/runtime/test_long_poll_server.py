@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrun.auth import issue_api_key
-from runs.services.events import NewEvent, append_runner_events
+from runs.services.event_log import NewEvent, append_runner_events
 from runs.waiting import APPLICATION_NAME, stop_run_change_listener
 from tests.builders import make_claimed_run
 from tests.runtime.server import Server, raw_request, server_backends, serving, wait_for

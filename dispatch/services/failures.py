@@ -19,7 +19,7 @@ from django.utils import timezone
 from agentrun.redaction import redact_json
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.services.claims import IntentClaim, LockedClaim, lock_claim_locked
-from runs.models import Command, CommandState, FailureKind, Run
+from runs.models import Command, CommandState, FailureKind, Run, RunStatus
 from runs.services.event_log import NewEvent, append_event_locked, append_events_locked
 from runs.services.terminal import TurnResult, terminalize_run_locked
 
@@ -124,7 +124,11 @@ def _terminalize_locked(locked: LockedClaim, failure: Any) -> None:
         "message": message,
     }
     dispatch_failed = {"dispatch_intent_id": intent.id, "attempt_count": intent.attempt_count}
-    command_terminal = {"state": "failed", "terminal_status": "failed", "thread_id": None}
+    command_terminal = {
+        "state": CommandState.FAILED,
+        "terminal_status": RunStatus.FAILED,
+        "thread_id": None,
+    }
     append_events_locked(
         run=run,
         events=[
@@ -144,5 +148,5 @@ def _terminalize_locked(locked: LockedClaim, failure: Any) -> None:
         ],
     )
     terminalize_run_locked(
-        run, result=TurnResult("failed", failure_kind=failure_kind, failure_message=message)
+        run, result=TurnResult(RunStatus.FAILED, failure_kind=failure_kind, failure_message=message)
     )

@@ -35,7 +35,10 @@ from sessions import projection
 if TYPE_CHECKING:
     from sessions.models import Session
 
-_STATE_FROM_TERMINAL = {"completed": "completed", "cancelled": "cancelled"}
+_STATE_FROM_TERMINAL: dict[str, str] = {
+    RunStatus.COMPLETED: CommandState.COMPLETED,
+    RunStatus.CANCELLED: CommandState.CANCELLED,
+}
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,10 @@ def finish_command(
             intents.fence_open_intents_locked(
                 run=run, command=command, reason="command is terminal"
             )
-            if command.state == CommandState.CANCELLED and result.terminal_status != "cancelled":
+            if (
+                command.state == CommandState.CANCELLED
+                and result.terminal_status != RunStatus.CANCELLED
+            ):
                 append_event_locked(
                     run=run,
                     type="backend_status",

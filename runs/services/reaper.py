@@ -24,7 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
-from runs.models import CommandState, FailureKind, Run
+from runs.models import CommandState, FailureKind, Run, RunStatus
 from runs.selectors import expired_lease_run_ids
 from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import (
@@ -137,7 +137,7 @@ def fail_run_locked(
         )
         terminalize_run_locked(
             run,
-            result=TurnResult("failed", failure_kind=kind, failure_message=reason),
+            result=TurnResult(RunStatus.FAILED, failure_kind=kind, failure_message=reason),
             session=session,
             events=events,
         )

@@ -20,7 +20,7 @@ from django.utils import timezone
 from agentrun.redaction import redact_text
 from dispatch import intents
 from queues import projection as queue_projection
-from runs.models import Command, CommandState, Lease, Run
+from runs.models import Command, CommandState, Lease, Run, RunStatus
 from runs.services.event_log import PendingEvents, collecting
 from sessions import projection
 
@@ -64,7 +64,7 @@ def close_open_commands_locked(
     the run lock and the command locks; `events`: the caller's pending events, if it
     collects them."""
     now = timezone.now()
-    terminal_status = "cancelled" if state == CommandState.CANCELLED else "failed"
+    terminal_status = RunStatus.CANCELLED if state == CommandState.CANCELLED else RunStatus.FAILED
     with collecting(events) as events:
         for command in commands:
             if not command.is_terminal:

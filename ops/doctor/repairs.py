@@ -25,6 +25,7 @@ from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.wakeup import wake_scheduler
 from runs.locks import lock_command, lock_run
 from runs.models import LEASED_RUN_STATUSES, FailureKind, Lease, Run, RunStatus
+from runs.phases import Phase
 from runs.services.reaper import fail_run_locked
 from runs.services.terminal import release_claim_locked
 from sessions.locks import lock_session
@@ -93,7 +94,7 @@ def restore_run_lease(*, run_id: str) -> str:
                 updated_at=timezone.now(),
             )
             return f"lease restored from the claim of {run.claimed_by} (epoch {run.lease_epoch})"
-        fail_run_locked(run, reason="claimed with no runner and no lease", phase="claim-lost")
+        fail_run_locked(run, reason="claimed with no runner and no lease", phase=Phase.CLAIM_LOST)
     return "failed as infra-failed: no runner held its claim"
 
 

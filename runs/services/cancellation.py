@@ -32,6 +32,7 @@ from runs.models import (
     Run,
     RunStatus,
 )
+from runs.phases import Phase
 from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import TurnResult, release_claim_locked, terminalize_run_locked
 from sessions import projection
@@ -242,7 +243,7 @@ def _record_stage(
         run,
         "backend_status",
         {
-            "phase": f"cancel-{stage}",
+            "phase": Phase.cancel_stage(stage),
             "cancel_request_id": cancel.id,
             "cancel_epoch": cancel.epoch,
             "target_kind": cancel.target_kind,
@@ -275,7 +276,7 @@ def _cancel_command_row(run: Run, command: Command, cancel: CancelRequest, *, re
 
 def _terminal_payload(command: Command, cancel: CancelRequest, *, reason: str) -> dict[str, Any]:
     return {
-        "phase": "command-terminal",
+        "phase": Phase.COMMAND_TERMINAL,
         "command_id": command.id,
         "state": CommandState.CANCELLED,
         "terminal_status": RunStatus.CANCELLED,

@@ -22,6 +22,7 @@ from agentrun.ids import new_id
 from dispatch import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
+from runs.phases import Phase
 from runs.services.event_log import (
     PendingEvents,
     append_event_locked,
@@ -174,7 +175,7 @@ def _insert_command(
             run,
             "backend_status",
             {
-                "phase": "run-created",
+                "phase": Phase.RUN_CREATED,
                 "run_id": run.id,
                 "project_id": run.project_id,
                 "backend_profile": run.backend_profile,
@@ -185,7 +186,7 @@ def _insert_command(
     events.add(
         run,
         "backend_status",
-        {"phase": "command-created", "command_id": command.id, "command_type": type},
+        {"phase": Phase.COMMAND_CREATED, "command_id": command.id, "command_type": type},
     )
     return command
 
@@ -290,7 +291,7 @@ def _terminalize_command_locked(
         run,
         "backend_status",
         {
-            "phase": "command-terminal",
+            "phase": Phase.COMMAND_TERMINAL,
             "command_id": command.id,
             "state": command.state,
             **result.as_payload(),

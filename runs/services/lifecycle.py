@@ -33,6 +33,7 @@ from runs.models import (
     Runner,
     RunStatus,
 )
+from runs.phases import Phase
 from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
 from runs.services.terminal import (
@@ -205,7 +206,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
             run=run,
             type="backend_status",
             payload={
-                "phase": "run-claimed",
+                "phase": Phase.RUN_CLAIMED,
                 "runner_id": runner_id,
                 "lease_epoch": run.lease_epoch,
                 "previous_runner_id": previous if previous != runner_id else None,

@@ -21,6 +21,7 @@ from agentrun.redaction import redact_text
 from dispatch import intents
 from queues import projection as queue_projection
 from runs.models import Command, CommandState, Lease, Run, RunStatus
+from runs.phases import Phase
 from runs.services.event_log import PendingEvents, collecting
 from sessions import projection
 
@@ -75,7 +76,7 @@ def close_open_commands_locked(
                     run,
                     "backend_status",
                     {
-                        "phase": "command-terminal",
+                        "phase": Phase.COMMAND_TERMINAL,
                         "reason": reason,
                         "command_id": command.id,
                         "state": state,
@@ -170,7 +171,7 @@ def record_thread_locked(
             run,
             "backend_status",
             {
-                "phase": "session-updated",
+                "phase": Phase.SESSION_UPDATED,
                 "session_id": run.session_id,
                 "thread_id": result.thread_id,
                 "turn_id": result.turn_id,

@@ -37,6 +37,7 @@ from dispatch import intents
 from dispatch.selectors import intent_of
 from runs.locks import lock_command, lock_run
 from runs.models import Command, CommandState, Run, RunStatus
+from runs.phases import Phase
 from runs.services.cancellation import cancel_run_locked
 from runs.services.command_lifecycle import create_command_locked
 from runs.services.event_log import PendingEvents
@@ -182,7 +183,7 @@ def replay_or_recover(
         run,
         "backend_status",
         {
-            "phase": "runner-dispatch-recovered",
+            "phase": Phase.RUNNER_DISPATCH_RECOVERED,
             "reason": "session-runner-admission-partial-write-recovered",
             "command_id": command.id,
             "dispatch_intent_id": recovered.id,

@@ -209,7 +209,7 @@ def queue_position(task: QueueTask) -> int | None:
     if task.state != TaskState.PENDING or task.session_id is None:
         return None
     tasks = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
-    ahead = tasks.filter(sid=task.session_id, state="pending").filter(
+    ahead = tasks.filter(sid=task.session_id, state=TaskState.PENDING).filter(
         Q(created_at__lt=task.created_at) | Q(created_at=task.created_at, id__lt=task.id)
     )
     return ahead.count() + 1

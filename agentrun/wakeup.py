@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from django.conf import settings
 from kombu.exceptions import OperationalError
 
 from agentrun.celery import app
@@ -34,9 +34,10 @@ logger = logging.getLogger(__name__)
 
 class Waker:
     def __init__(
-        self, *, task: TaskName | str, enabled_setting: str, queue: str | None = None
+        self, *, task: TaskName | str, enabled: Callable[[], bool], queue: str | None = None
     ) -> None:
-        self.task, self.enabled_setting = TaskName(task), enabled_setting
+        # `enabled` is a `conf` accessor, read at each wake-up so a test's override applies.
+        self.task, self.enabled = TaskName(task), enabled
         self.queue = queue or TASK_QUEUES[self.task].value  # its route, unless told
         self._lock = threading.Lock()
         self._queued = False
@@ -44,7 +45,7 @@ class Waker:
 
     def wake(self) -> None:
         """Queue one batch of the task (see module doc). Returns at once; never raises."""
-        if not getattr(settings, self.enabled_setting):
+        if not self.enabled():
             return
         with self._lock:
             executor = self._executor_locked()
@@ -58,7 +59,7 @@ class Waker:
         One follow-up per full batch keeps as many batches in flight as the burst began
         with; coalesced, two batches finishing together could leave one follow-up and the
         burst would narrow. Returns at once; never raises."""
-        if not getattr(settings, self.enabled_setting):
+        if not self.enabled():
             return
         with self._lock:
             executor = self._executor_locked()

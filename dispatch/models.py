@@ -24,7 +24,8 @@ class IntentState(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-OPEN_INTENT_STATES = ("pending", "retry", "dispatching")
+# A tuple: the claim index's condition uses it, and a migration keeps its order.
+OPEN_INTENT_STATES = (IntentState.PENDING, IntentState.RETRY, IntentState.DISPATCHING)
 
 
 class RunnerDispatchIntent(models.Model):

@@ -13,7 +13,7 @@ from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
-from runs.models import LIVE_RUN_STATUSES, Backend, Command, Run, RunStatus
+from runs.models import LEASED_RUN_STATUSES, LIVE_RUN_STATUSES, Backend, Command, Run
 
 
 def max_concurrent_runs(profile: str) -> int | None:
@@ -40,8 +40,7 @@ def active_runs(*, profile: str, among: list[str]) -> tuple[int, set[str]]:
         # partial index instead of scanning the whole history.
         Run.objects.filter(backend_profile=profile, status__in=LIVE_RUN_STATUSES)
         .filter(
-            Q(status__in=[RunStatus.CLAIMED, RunStatus.RUNNING])
-            | Q(dispatch_intents__state=IntentState.DISPATCHED)
+            Q(status__in=LEASED_RUN_STATUSES) | Q(dispatch_intents__state=IntentState.DISPATCHED)
         )
         .values_list("id", flat=True)
         .distinct()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from agentrun import conf
 from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
 
 _waker = Waker(
     task=TaskName.DISPATCH_BATCH,
-    enabled_setting="AGENTRUN_DISPATCH_WAKE_ON_COMMIT",
+    enabled=conf.dispatch_wake_on_commit,
 )
 
 

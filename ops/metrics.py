@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from agentrun.metrics import REGISTRY
+from dispatch.models import OPEN_INTENT_STATES
 from ops.status import collect_status
 
 
@@ -50,7 +51,7 @@ def _gauge(name: str, doc: str, value: Any) -> GaugeMetricFamily:
 
 def _backlog_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
     dispatch, outbox, queue = status["dispatch"], status["outbox"], status["queue"]
-    intents = {state: dispatch[f"{state}_count"] for state in ("pending", "retry", "dispatching")}
+    intents = {state.value: dispatch[f"{state}_count"] for state in OPEN_INTENT_STATES}
     yield _family("agentrun_dispatch_open_intents", "Open intents by state.", intents, "state")
     yield _gauge("agentrun_dispatch_due_intents", "Intents due now.", dispatch["due_count"])
     yield _gauge(

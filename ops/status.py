@@ -18,21 +18,26 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.utils import timezone
 
+from agentrun import conf
 from dispatch.models import OPEN_INTENT_STATES, RunnerDispatchIntent
 from dispatch.selectors import dispatch_status
 from outbox.models import KafkaEventOutbox
 from outbox.selectors import outbox_status
-from queues.models import QueueTask
+from queues.models import QueueTask, TaskState
 from queues.selectors import queue_stats
-from runs.models import TERMINAL_RUN_STATUSES, Run, Runner, RunStatus
+from runs.models import (
+    LEASED_RUN_STATUSES,
+    LIVE_RUN_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    Run,
+    Runner,
+)
 from sessions.models import ExecutionState, Session
 
-LIVE_RUN_STATUSES = (RunStatus.PENDING, RunStatus.CLAIMED, RunStatus.RUNNING)
 TERMINAL_WINDOW = timedelta(hours=24)
 
 
@@ -46,7 +51,7 @@ def collect_status(
     """
     now = now or timezone.now()
     if stale_after_s is None:
-        stale_after_s = settings.AGENTRUN_DEFAULT_LEASE_MS / 1000
+        stale_after_s = conf.default_lease_ms() / 1000
     return {
         "generated_at": now,
         "dispatch": {**dispatch_status(), "oldest": _oldest_intents(now, items)},
@@ -96,7 +101,7 @@ def _queue(now: datetime, items: int) -> dict[str, Any]:
     every session has a lane of its own)."""
     stats = queue_stats(tasks=QueueTask.objects.all(), queue=None)
     rows = (
-        QueueTask.objects.filter(state="pending")
+        QueueTask.objects.filter(state=TaskState.PENDING)
         .order_by("created_at", "id")
         .values("id", "queue", "lane", "priority", "created_at")[:items]
     )
@@ -116,9 +121,7 @@ def _runs(now: datetime) -> dict[str, Any]:
     recent = _count_by_status(
         Run.objects.filter(status__in=TERMINAL_RUN_STATUSES, updated_at__gte=now - TERMINAL_WINDOW)
     )
-    expired = Run.objects.filter(
-        status__in=[RunStatus.CLAIMED, RunStatus.RUNNING], lease_expires_at__lte=now
-    )
+    expired = Run.objects.filter(status__in=LEASED_RUN_STATUSES, lease_expires_at__lte=now)
     return {
         "live": {status: live.get(status, 0) for status in LIVE_RUN_STATUSES},
         "terminal_last_24h": {
@@ -142,7 +145,7 @@ def _stale_runners(now: datetime, items: int, stale_after_s: float) -> dict[str,
     holds_live_run = Run.objects.filter(
         pk=OuterRef("run_id"),
         claimed_by=OuterRef("pk"),
-        status__in=[RunStatus.CLAIMED, RunStatus.RUNNING],
+        status__in=LEASED_RUN_STATUSES,
     )
     stale = Runner.objects.filter(
         Exists(holds_live_run), heartbeat_at__lt=now - timedelta(seconds=stale_after_s)

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agentrun import conf
 from agentrun.ids import new_id
 from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
@@ -59,7 +59,7 @@ def record_outbox_locked(*, run: Run, events: list[Event]) -> list[KafkaEventOut
 def _record(
     *, run: Run, event: Event, topic: str, key: str, outbox_seq: int, now: datetime
 ) -> KafkaEventOutbox:
-    source = str(settings.AGENTRUN_KAFKA_SOURCE)
+    source = conf.kafka_source()
     value = cloud_event(run=run, event=event, partition_key=key, source=source)
     return KafkaEventOutbox(
         id=new_id("obx"),
@@ -78,7 +78,7 @@ def _record(
 
 def _wake_relay_on_commit() -> None:
     """Register one relay wake-up for this transaction, however many appends it makes."""
-    if not settings.AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT:
+    if not conf.outbox_wake_on_commit():
         return
     # Django keeps this transaction's callbacks as (savepoint ids, callback, robust).
     if any(entry[1] is wake_relay for entry in connection.run_on_commit):
@@ -88,7 +88,7 @@ def _wake_relay_on_commit() -> None:
 
 _relay_waker = Waker(
     task=TaskName.RELAY_BATCH,
-    enabled_setting="AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT",
+    enabled=conf.outbox_wake_on_commit,
 )
 
 

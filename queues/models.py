@@ -37,11 +37,14 @@ class AttemptState(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-TERMINAL_STATES = frozenset({"completed", "failed", "blocked", "cancelled"})
-RETRYABLE_TASK_STATES = frozenset({"failed", "blocked"})
+# Tasks and attempts share their terminal values, so one set serves both.
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.BLOCKED, TaskState.CANCELLED}
+)
+RETRYABLE_TASK_STATES = frozenset({TaskState.FAILED, TaskState.BLOCKED})
 # The seed's "one active attempt per task" fence: reserved (a retry waiting to be
 # activated) or running. A terminal attempt is immutable.
-ACTIVE_ATTEMPT_STATES = ("reserved", "running")
+ACTIVE_ATTEMPT_STATES = (AttemptState.RESERVED, AttemptState.RUNNING)
 
 
 class QueueTask(models.Model):
@@ -98,20 +101,20 @@ class QueueTask(models.Model):
             # The scheduler's claim order over pending tasks only.
             models.Index(
                 fields=["-priority", "created_at", "id"],
-                condition=models.Q(state="pending"),
+                condition=models.Q(state=TaskState.PENDING),
                 name="agentrun_qtasks_pending_idx",
             ),
             # Per-queue running counts (the concurrency limit).
             models.Index(
                 fields=["queue"],
-                condition=models.Q(state="running"),
+                condition=models.Q(state=TaskState.RUNNING),
                 name="agentrun_qtasks_running_idx",
             ),
             # A session's queued and running turns, in order.
             models.Index(
                 KT("session_ref__session_id"),
                 "created_at",
-                condition=models.Q(state__in=["pending", "running"]),
+                condition=models.Q(state__in=[TaskState.PENDING, TaskState.RUNNING]),
                 name="agentrun_qtasks_session_idx",
             ),
             models.Index(

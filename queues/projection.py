@@ -30,10 +30,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from queues.locks import lock_attempt_of_run, lock_task_if_exists
+from queues.models import AttemptState
 from queues.selectors import has_queued_turns, task_id_of
 from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.wakeup import wake_scheduler
-from runs.models import TERMINAL_RUN_STATUSES, Command, Run
+from runs.models import TERMINAL_RUN_STATUSES, Command, FailureKind, Run, RunStatus
 
 __all__ = [
     "on_command_cancelled_locked",
@@ -70,8 +71,8 @@ def on_command_cancelled_locked(run: Run, command: Command) -> None:
         task_id,
         run_id=run.id,
         command_id=command.id,
-        state="cancelled",
-        failure_kind="cancelled",
+        state=AttemptState.CANCELLED,
+        failure_kind=FailureKind.CANCELLED,
         failure_message=command.cancel_reason,
     )
     transaction.on_commit(wake_scheduler)
@@ -104,7 +105,7 @@ def project_outcome_locked(
     latest = (task.latest_attempt or {}).get("attempt_id")
     if task.is_terminal or latest != attempt.attempt_id:
         return True
-    cancelled = state == "cancelled"
+    cancelled = state == RunStatus.CANCELLED
     move_task_locked(
         task,
         state=state,

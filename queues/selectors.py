@@ -142,7 +142,7 @@ def queue_stats(*, tasks: QuerySet[QueueTask], queue: str | None) -> dict[str, A
         lane_counts = by_lane.setdefault(lane, {"total": 0})
         lane_counts[state] = count
         lane_counts["total"] += count
-    oldest = tasks.filter(state="pending").aggregate(at=Min("created_at"))["at"]
+    oldest = tasks.filter(state=TaskState.PENDING).aggregate(at=Min("created_at"))["at"]
     now = timezone.now()
     return {
         "queue": queue,
@@ -164,13 +164,13 @@ def commander(*, tasks: QuerySet[QueueTask], reader_id: str | None) -> list[Queu
     (every failure is unread without a reader), then running, then pending; within each,
     by priority then age. Read failures and finished tasks are left out."""
     read = with_read_version(tasks, reader_id)
-    unread_failure = Q(state__in=["failed", "blocked"]) & Q(
+    unread_failure = Q(state__in=[TaskState.FAILED, TaskState.BLOCKED]) & Q(
         version__gt=Coalesce(F("read_version"), Value(0))
     )
     attention = Case(
         When(unread_failure, then=Value(0)),
-        When(state="running", then=Value(1)),
-        When(state="pending", then=Value(2)),
+        When(state=TaskState.RUNNING, then=Value(1)),
+        When(state=TaskState.PENDING, then=Value(2)),
         default=Value(3),
         output_field=IntegerField(),
     )
@@ -195,16 +195,16 @@ def task_id_of(run: Run) -> str | None:
 def has_queued_turns(session_id: str) -> bool:
     """Whether a pending task waits for this session."""
     pending = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
-    return pending.filter(sid=session_id, state="pending").exists()
+    return pending.filter(sid=session_id, state=TaskState.PENDING).exists()
 
 
 def queue_position(task: QueueTask) -> int | None:
     """1-based place of a pending task among its session's pending tasks, oldest first
     (the order the scheduler admits them in); None when the task is not pending."""
-    if task.state != "pending" or task.session_id is None:
+    if task.state != TaskState.PENDING or task.session_id is None:
         return None
     tasks = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
-    ahead = tasks.filter(sid=task.session_id, state="pending").filter(
+    ahead = tasks.filter(sid=task.session_id, state=TaskState.PENDING).filter(
         Q(created_at__lt=task.created_at) | Q(created_at=task.created_at, id__lt=task.id)
     )
     return ahead.count() + 1
@@ -215,7 +215,7 @@ def full_queues(limits: dict[str, int]) -> list[str]:
     if not limits:
         return []
     running = dict(
-        QueueTask.objects.filter(state="running", queue__in=list(limits))
+        QueueTask.objects.filter(state=TaskState.RUNNING, queue__in=list(limits))
         .values("queue")
         .annotate(count=Count("id"))
         .values_list("queue", "count")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from agentrun import conf
 from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
 
 _waker = Waker(
     task=TaskName.SCHEDULE_QUEUE,
-    enabled_setting="AGENTRUN_QUEUE_WAKE_ON_COMMIT",
+    enabled=conf.queue_wake_on_commit,
 )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runner.client import ApiClient, ApiError, ApiUnavailable
+from runner.phases import LATE_WRITE_REJECTED
 
 
 class EventStream:
@@ -80,5 +81,5 @@ class EventStream:
             self.on_stop("lost-api")
             return
         self.posted_batches += 1
-        if any(item["payload"].get("phase") == "late-write-rejected" for item in answer["items"]):
+        if any(item["payload"].get("phase") == LATE_WRITE_REJECTED for item in answer["items"]):
             self.on_stop("cancelled")

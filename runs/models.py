@@ -23,8 +23,15 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "blocked", "cancelled"})
-LIVE_RUN_STATUSES = ("pending", "claimed", "running")
+# The run status sets, spelled once. Tuples where an index condition uses them: a
+# migration serializes the condition, and a tuple keeps its order stable.
+TERMINAL_RUN_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.CANCELLED}
+)
+LIVE_RUN_STATUSES = (RunStatus.PENDING, RunStatus.CLAIMED, RunStatus.RUNNING)
+# Held by a runner under a lease: the reaper, the doctor and the dispatcher's capacity
+# count read only these.
+LEASED_RUN_STATUSES = (RunStatus.CLAIMED, RunStatus.RUNNING)
 
 
 class FailureKind(models.TextChoices):
@@ -50,7 +57,9 @@ class CommandState(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-TERMINAL_COMMAND_STATES = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_COMMAND_STATES = frozenset(
+    {CommandState.COMPLETED, CommandState.FAILED, CommandState.CANCELLED}
+)
 
 
 class EventType(models.TextChoices):

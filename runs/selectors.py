@@ -17,7 +17,18 @@ from django.db.models.functions import JSONObject
 
 from agentrun.errors import not_found
 from agentrun.tenancy import Scope
-from runs.models import Backend, CancelRequest, Command, Event, Run, RunnerJob, RunStatus
+from runs.models import (
+    LEASED_RUN_STATUSES,
+    TERMINAL_COMMAND_STATES,
+    TERMINAL_RUN_STATUSES,
+    Backend,
+    CancelRequest,
+    Command,
+    Event,
+    Run,
+    RunnerJob,
+    RunStatus,
+)
 
 RUN_SORTS: dict[str, tuple[str, ...]] = {
     "updated-desc": ("-updated_at", "-id"),
@@ -203,8 +214,8 @@ def runner_jobs_for(*, run: Run, command_id: str | None = None) -> list[RunnerJo
 def runner_jobs_for_reconciliation(*, limit: int) -> list[RunnerJob]:
     """Jobs whose run or command is not terminal (seed `listRunnerJobsForReconciliation`;
     the foreign keys cascade, so a job cannot outlive its run or command here)."""
-    open_work = ~Q(run__status__in=["completed", "failed", "blocked", "cancelled"]) | ~Q(
-        command__state__in=["completed", "failed", "cancelled"]
+    open_work = ~Q(run__status__in=TERMINAL_RUN_STATUSES) | ~Q(
+        command__state__in=TERMINAL_COMMAND_STATES
     )
     return list(RunnerJob.objects.filter(open_work).order_by("updated_at", "created_at")[:limit])
 
@@ -215,7 +226,5 @@ def backends() -> list[Backend]:
 
 def expired_lease_run_ids(*, cutoff: datetime, limit: int) -> list[str]:
     """Claimed or running runs whose lease expired before `cutoff`, oldest first."""
-    runs = Run.objects.filter(
-        status__in=[RunStatus.CLAIMED, RunStatus.RUNNING], lease_expires_at__lte=cutoff
-    )
+    runs = Run.objects.filter(status__in=LEASED_RUN_STATUSES, lease_expires_at__lte=cutoff)
     return list(runs.order_by("lease_expires_at").values_list("id", flat=True)[:limit])

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from agentrun import conf
 from dispatch.launchers.base import JobState, Launched, Launcher, LaunchError, LaunchRequest
 from dispatch.launchers.kubernetes import KubernetesLauncher
 from dispatch.launchers.local import LocalLauncher
@@ -34,7 +34,7 @@ __all__ = [
 def default_launchers() -> dict[str, Launcher]:
     """`local`, `kubernetes`, and the deployment's `AGENTRUN_EXTRA_LAUNCHERS`."""
     launchers: dict[str, Launcher] = {"local": LocalLauncher(), "kubernetes": KubernetesLauncher()}
-    for name, path in settings.AGENTRUN_EXTRA_LAUNCHERS.items():
+    for name, path in conf.extra_launchers().items():
         try:
             launchers[name] = import_string(path)()
         except ImportError as error:
@@ -48,7 +48,7 @@ def default_launchers() -> dict[str, Launcher]:
 def launcher_for(options: Mapping[str, Any], launchers: Mapping[str, Launcher]) -> Launcher:
     """The launcher an intent asks for (`options["launcher"]`), else the deployment's.
     Errors: `LaunchError` naming an unknown launcher (so the intent fails, visibly)."""
-    name = options.get("launcher") or settings.AGENTRUN_LAUNCHER
+    name = options.get("launcher") or conf.launcher()
     launcher = launchers.get(str(name))
     if launcher is None:
         raise LaunchError(

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
+from agentrun import conf
 from dispatch.launchers.base import JobState, Launched, LaunchError, LaunchRequest
 from runs.models import RunnerJob
 
@@ -51,7 +50,7 @@ def job_manifest(request: LaunchRequest, *, name: str, namespace: str) -> dict[s
     ]
     container = {
         "name": "runner",
-        "image": options.get("image") or settings.AGENTRUN_RUNNER_IMAGE,
+        "image": options.get("image") or conf.runner_image(),
         # The runner alone (no Django, no database): the image needs only `pip install .`.
         "args": ["python", "-m", "runner", "run", "--run", request.run_id],
         "env": env,
@@ -120,7 +119,7 @@ class KubernetesLauncher:
         """Create (or find) the Secret and the Job. Errors: `LaunchError`."""
         batch, core, errors = self._apis()
         name = job_name(request.runner_job_id)
-        namespace = request.options.get("namespace") or settings.AGENTRUN_KUBERNETES_NAMESPACE
+        namespace = request.options.get("namespace") or conf.kubernetes_namespace()
         try:
             self._put_secret(core, errors, secret_manifest(request, name=name, namespace=namespace))
             outcome = self._create_job(
@@ -128,7 +127,7 @@ class KubernetesLauncher:
             )
         except errors as error:
             raise LaunchError(f"kubernetes: {error}", job_name=name) from error
-        image = request.options.get("image") or settings.AGENTRUN_RUNNER_IMAGE
+        image = request.options.get("image") or conf.runner_image()
         return Launched(
             launcher=self.name,
             job_name=name,
@@ -136,7 +135,7 @@ class KubernetesLauncher:
             image=image,
             manager_url=request.api_url,
             runner_id=request.runner_id,
-            source_commit=settings.AGENTRUN_SOURCE_COMMIT,
+            source_commit=conf.source_commit(),
             outcome=outcome,
             details={"service_account_name": request.options.get("service_account_name")},
         )

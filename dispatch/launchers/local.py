@@ -25,6 +25,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from agentrun import conf
 from dispatch.launchers.base import JobState, Launched, LaunchError, LaunchRequest
 from runs.models import RunnerJob
 
@@ -32,10 +33,10 @@ from runs.models import RunnerJob
 def runner_command(run_id: str) -> list[str]:
     """The runner's argv: the setting's template, or `python -m runner run --run RUN_ID`."""
     manage_py = str(Path(settings.BASE_DIR) / "manage.py")
-    template = settings.AGENTRUN_LOCAL_RUNNER_COMMAND
+    template = conf.local_runner_command()
     if not template:
         return [sys.executable, "-m", "runner", "run", "--run", run_id]
-    words = shlex.split(template) if isinstance(template, str) else list(template)
+    words = shlex.split(template)
     values = {"run_id": run_id, "python": sys.executable, "manage_py": manage_py}
     argv = [word.format(**values) for word in words]
     return argv if any("{run_id}" in word for word in words) else [*argv, "--run", run_id]
@@ -70,7 +71,7 @@ class LocalLauncher:
 
     def launch(self, request: LaunchRequest) -> Launched:
         """Start the runner process. Errors: `LaunchError` when it cannot be started."""
-        log_dir = Path(settings.AGENTRUN_DATA_DIR) / "runner-logs"
+        log_dir = conf.data_dir() / "runner-logs"
         log_path = log_dir / f"{request.runner_job_id}.log"
         argv = runner_command(request.run_id)
         try:
@@ -87,7 +88,7 @@ class LocalLauncher:
             image="",
             manager_url=request.api_url,
             runner_id=request.runner_id,
-            source_commit=settings.AGENTRUN_SOURCE_COMMIT,
+            source_commit=conf.source_commit(),
             details={
                 "pid": process.pid,
                 "process_start": _process_start_ticks(process.pid),
@@ -107,7 +108,7 @@ class LocalLauncher:
             "AGENTRUN_RUNNER_JOB_ID": request.runner_job_id,
             # One Codex home for every local run, so a session's next run resumes its thread.
             "AGENTRUN_CODEX_HOME": os.environ.get("AGENTRUN_CODEX_HOME")
-            or str(Path(settings.AGENTRUN_DATA_DIR) / "codex-home"),
+            or str(conf.data_dir() / "codex-home"),
         }
 
     def abort(self, launched: Launched) -> None:

@@ -36,6 +36,7 @@ from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
 from runs.locks import lock_command, lock_commands, lock_run, lock_runs
 from runs.models import Command, Run, RunnerJob
+from runs.phases import Phase
 from runs.services.event_log import NewEvent, RunEvents, append_events_to_runs_locked
 from runs.services.runners import NewRunnerJob, RunnerJobSpec, save_runner_jobs_locked
 
@@ -267,7 +268,7 @@ def _mark_dispatched_locked(intents: list[RunnerDispatchIntent], *, now: datetim
 def _dispatched_payload(item: Completion, runner_job_id: str) -> dict[str, Any]:
     claim, launched = item.claim, item.launched
     return {
-        "phase": "runner-dispatched",
+        "phase": Phase.RUNNER_DISPATCHED,
         "command_id": claim.command_id,
         "dispatch_intent_id": claim.id,
         "attempt_count": claim.attempt_count,

@@ -19,7 +19,8 @@ from django.utils import timezone
 from agentrun.redaction import redact_json
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.services.claims import IntentClaim, LockedClaim, lock_claim_locked
-from runs.models import Command, CommandState, FailureKind, Run
+from runs.models import Command, CommandState, FailureKind, Run, RunStatus
+from runs.phases import Phase
 from runs.services.event_log import NewEvent, append_event_locked, append_events_locked
 from runs.services.terminal import TurnResult, terminalize_run_locked
 
@@ -49,7 +50,7 @@ def _retry_locked(locked: LockedClaim, claim: IntentClaim, error: Any, delay_ms:
         run=locked.run,
         type="backend_status",
         payload={
-            "phase": "runner-dispatch-retry",
+            "phase": Phase.RUNNER_DISPATCH_RETRY,
             "command_id": claim.command_id,
             "dispatch_intent_id": claim.id,
             "attempt_count": claim.attempt_count,
@@ -118,20 +119,24 @@ def _terminalize_locked(locked: LockedClaim, failure: Any) -> None:
     command.updated_at = now
     command.save(update_fields=["state", "updated_at"])
     facts = {
-        "reason": str(failure.get("reason") or "runner-dispatch-failed"),
+        "reason": str(failure.get("reason") or Phase.RUNNER_DISPATCH_FAILED),
         "command_id": command.id,
         "failure_kind": failure_kind,
         "message": message,
     }
     dispatch_failed = {"dispatch_intent_id": intent.id, "attempt_count": intent.attempt_count}
-    command_terminal = {"state": "failed", "terminal_status": "failed", "thread_id": None}
+    command_terminal = {
+        "state": CommandState.FAILED,
+        "terminal_status": RunStatus.FAILED,
+        "thread_id": None,
+    }
     append_events_locked(
         run=run,
         events=[
             NewEvent(
                 "backend_status",
                 {
-                    "phase": "runner-dispatch-failed",
+                    "phase": Phase.RUNNER_DISPATCH_FAILED,
                     **facts,
                     **dispatch_failed,
                     "values_printed": False,
@@ -139,10 +144,10 @@ def _terminalize_locked(locked: LockedClaim, failure: Any) -> None:
             ),
             NewEvent(
                 "backend_status",
-                {"phase": "command-terminal", **facts, **command_terminal, "turn_id": None},
+                {"phase": Phase.COMMAND_TERMINAL, **facts, **command_terminal, "turn_id": None},
             ),
         ],
     )
     terminalize_run_locked(
-        run, result=TurnResult("failed", failure_kind=failure_kind, failure_message=message)
+        run, result=TurnResult(RunStatus.FAILED, failure_kind=failure_kind, failure_message=message)
     )

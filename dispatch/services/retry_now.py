@@ -22,6 +22,7 @@ from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.wakeup import wake_dispatcher
 from runs.locks import lock_run
 from runs.models import Run
+from runs.phases import Phase
 from runs.services.event_log import append_event_locked
 
 WAITING_STATES = (IntentState.PENDING, IntentState.RETRY)
@@ -80,7 +81,7 @@ def _make_due_locked(run: Run, intent: RunnerDispatchIntent, *, requested_by: st
         run=run,
         type="backend_status",
         payload={
-            "phase": "runner-dispatch-retry-requested",
+            "phase": Phase.RUNNER_DISPATCH_RETRY_REQUESTED,
             "command_id": intent.command_id,
             "dispatch_intent_id": intent.id,
             "attempt_count": intent.attempt_count,

@@ -14,17 +14,21 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.db.models.fields.json import KT
 
+from agentrun import conf
 from dispatch.models import OPEN_INTENT_STATES, RunnerDispatchIntent
 from outbox.models import KafkaEventOutbox
-from queues.models import QueueAttempt, QueueTask
-from runs.models import TERMINAL_COMMAND_STATES, TERMINAL_RUN_STATUSES, Lease, Run, RunStatus
+from queues.models import AttemptState, QueueAttempt, QueueTask, TaskState
+from runs.models import (
+    LEASED_RUN_STATUSES,
+    TERMINAL_COMMAND_STATES,
+    TERMINAL_RUN_STATUSES,
+    Lease,
+    Run,
+)
 from sessions.models import Session
-
-LIVE_CLAIM_STATUSES = (RunStatus.CLAIMED, RunStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def sessions_with_missing_run(limit: int) -> list[Finding]:
 def claimed_runs_without_lease(limit: int) -> list[Finding]:
     """Claimed or running runs with no `agentrun_leases` row (the claim writes both)."""
     rows = (
-        Run.objects.filter(status__in=LIVE_CLAIM_STATUSES)
+        Run.objects.filter(status__in=LEASED_RUN_STATUSES)
         .exclude(Exists(Lease.objects.filter(run=OuterRef("pk"))))
         .values_list("id", "status", "claimed_by")
         .order_by("id")[:limit]
@@ -122,13 +126,13 @@ def tasks_disagreeing_with_run(limit: int) -> list[Finding]:
     never the whole task history."""
     ended = Q(run_status__isnull=True) | Q(run_status__in=TERMINAL_RUN_STATUSES)
     attempts = (
-        QueueAttempt.objects.filter(state="running", run_id__isnull=False)
+        QueueAttempt.objects.filter(state=AttemptState.RUNNING, run_id__isnull=False)
         .annotate(run_status=_status_of("run_id"))
         .filter(ended)
         .values_list("task_id", "run_id", "run_status")[:limit]
     )
     tasks = (
-        QueueTask.objects.filter(state="running")
+        QueueTask.objects.filter(state=TaskState.RUNNING)
         .annotate(run=KT("latest_attempt__run_id"))
         .filter(run__isnull=False)
         .annotate(run_status=_status_of("run"))
@@ -153,7 +157,7 @@ def _status_of(run_id_field: str) -> Subquery:
 def outbox_leases_lapsed(limit: int, *, now: datetime) -> list[Finding]:
     """Undelivered records still leased a whole lease period after their lease ended: the
     worker died and no relay batch has taken them since."""
-    grace = timedelta(milliseconds=int(settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS))
+    grace = timedelta(milliseconds=conf.outbox_lease_ms())
     rows = (
         KafkaEventOutbox.objects.filter(
             delivered_at__isnull=True,

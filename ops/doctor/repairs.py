@@ -21,11 +21,12 @@ from dispatch.intents import fence_open_intents_locked
 from dispatch.models import RunnerDispatchIntent
 from outbox.services.release import release_outbox_record
 from queues.locks import lock_attempt_of_run, lock_task
-from queues.models import QueueAttempt
+from queues.models import AttemptState, QueueAttempt
 from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.wakeup import wake_scheduler
 from runs.locks import lock_command, lock_run
-from runs.models import Lease, Run, RunStatus
+from runs.models import LEASED_RUN_STATUSES, FailureKind, Lease, Run, RunStatus
+from runs.phases import Phase
 from runs.services.reaper import fail_run_locked
 from runs.services.terminal import release_claim_locked
 from sessions.locks import lock_session
@@ -56,7 +57,10 @@ def end_session_turn(*, session_id: str) -> str:
             # The projection reads only the run's id and session: a stand-in for the lost run.
             run = Run(id=observed, session_ref={"session_id": session_id})
             project_turn_terminal_locked(
-                run, command_id=None, terminal_status="failed", failure_kind="infra-failed"
+                run,
+                command_id=None,
+                terminal_status=RunStatus.FAILED,
+                failure_kind=FailureKind.INFRA_FAILED,
             )
             return f"turn ended as failed: its run {observed} is gone"
         if not run.is_terminal:
@@ -79,7 +83,7 @@ def restore_run_lease(*, run_id: str) -> str:
     """
     with transaction.atomic():
         run = lock_run(run_id)
-        live = run.status in (RunStatus.CLAIMED, RunStatus.RUNNING)
+        live = run.status in LEASED_RUN_STATUSES
         if not live or Lease.objects.filter(run=run).exists():
             return LEFT_ALONE
         if run.claimed_by and run.lease_expires_at:
@@ -91,7 +95,7 @@ def restore_run_lease(*, run_id: str) -> str:
                 updated_at=timezone.now(),
             )
             return f"lease restored from the claim of {run.claimed_by} (epoch {run.lease_epoch})"
-        fail_run_locked(run, reason="claimed with no runner and no lease", phase="claim-lost")
+        fail_run_locked(run, reason="claimed with no runner and no lease", phase=Phase.CLAIM_LOST)
     return "failed as infra-failed: no runner held its claim"
 
 
@@ -150,7 +154,7 @@ def reproject_task(*, task_id: str) -> str:
 
 def _outcome_of(run: Run | None, run_id: str) -> tuple[str, str | None, str | None]:
     if run is None:
-        return "failed", "infra-failed", f"its run {run_id} is gone ({DOCTOR})"
+        return AttemptState.FAILED, FailureKind.INFRA_FAILED, f"its run {run_id} is gone ({DOCTOR})"
     return run.status, run.failure_kind, run.failure_message or run.cancel_reason
 
 

@@ -31,6 +31,7 @@ from queues.models import (
     AttemptState,
     QueueAttempt,
     QueueTask,
+    TaskState,
 )
 from queues.services.tasks import check_task_intact
 from queues.services.transitions import insert_attempt_locked, move_task_locked
@@ -154,7 +155,7 @@ def _start_reserved_locked(task: QueueTask, attempt: QueueAttempt) -> AgentRunEr
         failure_kind=None,
         failure_message=None,
     )
-    move_task_locked(task, state="running", attempt=attempt)
+    move_task_locked(task, state=TaskState.RUNNING, attempt=attempt)
     return None
 
 

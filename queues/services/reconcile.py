@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.db.models.fields.json import KT
 
-from queues.models import QueueTask
+from queues.models import QueueTask, TaskState
 from queues.projection import project_outcome_locked
 from runs.locks import lock_run
 from runs.models import TERMINAL_RUN_STATUSES, Run
@@ -26,7 +26,7 @@ def reconcile_projections(*, limit: int) -> int:
     """
     ended = Run.objects.filter(pk=OuterRef("run_id"), status__in=TERMINAL_RUN_STATUSES)
     stale = (
-        QueueTask.objects.filter(state="running")
+        QueueTask.objects.filter(state=TaskState.RUNNING)
         .annotate(run_id=KT("latest_attempt__run_id"))
         .filter(Exists(ended))
         .values_list("id", "run_id")[:limit]

@@ -24,19 +24,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
+from agentrun import conf
 from agentrun.errors import AgentRunError
 from agentrun.locks import LockKey, advisory_xact_lock
 from queues.locks import claim_next_pending
-from queues.models import QueueTask
+from queues.models import AttemptState, QueueTask, TaskState
 from queues.selectors import full_queues
 from queues.services.reconcile import reconcile_projections
 from queues.services.transitions import insert_attempt_locked, move_task_locked
 from queues.services.turns import StartedTurn, start_task_turn_locked
+from runs.models import FailureKind
 
 STARTED = "started"
 FAILED = "failed"
@@ -56,11 +57,10 @@ class ScheduleResult:
 
 def concurrency_limits() -> dict[str, int]:
     """`AGENTRUN_QUEUE_CONCURRENCY`, checked: queue name → a limit of at least 0."""
-    limits = settings.AGENTRUN_QUEUE_CONCURRENCY
-    valid = isinstance(limits, Mapping) and all(
+    limits = conf.queue_concurrency()
+    if not isinstance(limits, Mapping) or not all(
         isinstance(k, str) and type(v) is int and v >= 0 for k, v in limits.items()
-    )
-    if not valid:
+    ):
         raise ImproperlyConfigured(
             "AGENTRUN_QUEUE_CONCURRENCY must be a JSON object of queue name → integer ≥ 0"
         )
@@ -118,7 +118,7 @@ def _slot_free(task: QueueTask, limits: dict[str, int]) -> bool:
     if limit is None:
         return True
     advisory_xact_lock(LockKey.QUEUE_SLOTS, task.queue)
-    return QueueTask.objects.filter(queue=task.queue, state="running").count() < limit
+    return QueueTask.objects.filter(queue=task.queue, state=TaskState.RUNNING).count() < limit
 
 
 def _start(task: QueueTask) -> str:
@@ -139,23 +139,23 @@ def record_started_locked(task: QueueTask, turn: StartedTurn) -> None:
     """A `running` attempt for the new run, and the task `running`. Needs the task lock."""
     attempt = insert_attempt_locked(
         task,
-        state="running",
+        state=AttemptState.RUNNING,
         run_id=turn.run.id,
         command_id=turn.command.id,
         runner_job_id=turn.runner_job_id,
         session_id=turn.run.session_id,
         activated_at=turn.run.created_at,
     )
-    move_task_locked(task, state="running", attempt=attempt)
+    move_task_locked(task, state=TaskState.RUNNING, attempt=attempt)
 
 
 def record_start_failure_locked(task: QueueTask, error: AgentRunError) -> None:
     """A `failed` attempt carrying the error, and the task `failed`. Needs the task lock."""
     attempt = insert_attempt_locked(
         task,
-        state="failed",
-        failure_kind=error.failure_kind or "schema-invalid",
+        state=AttemptState.FAILED,
+        failure_kind=error.failure_kind or FailureKind.SCHEMA_INVALID,
         failure_message=error.message,
         terminal_at=timezone.now(),
     )
-    move_task_locked(task, state="failed", attempt=attempt)
+    move_task_locked(task, state=TaskState.FAILED, attempt=attempt)

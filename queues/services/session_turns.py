@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
-
+from agentrun import conf
 from queues.models import QueueTask
 from queues.selectors import has_queued_turns, queue_position
 from queues.services.tasks import TaskSpec, create_task_locked
@@ -46,10 +45,10 @@ def enqueue_session_turn_locked(request: TurnRequest) -> QueuedTurn:
     key = request.idempotency_key
     task_spec = TaskSpec(
         project_id=spec.project_id,
-        queue=settings.AGENTRUN_QUEUE_SESSION_TURNS_QUEUE,
+        queue=conf.queue_session_turns_queue(),
         lane=session_lane(request.session_id),
         title=title_from_text(request.payload.get("text")) or "session turn",
-        priority=settings.AGENTRUN_QUEUE_SESSION_TURN_PRIORITY,
+        priority=conf.queue_session_turn_priority(),
         backend_profile=spec.backend_profile,
         provider_id=spec.provider_id,
         workspace_ref=spec.workspace_ref,

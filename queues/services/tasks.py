@@ -26,12 +26,19 @@ from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.tenancy import Scope
 from queues.locks import lock_task
-from queues.models import ACTIVE_ATTEMPT_STATES, QueueAttempt, QueueReadCursor, QueueTask
+from queues.models import (
+    ACTIVE_ATTEMPT_STATES,
+    AttemptState,
+    QueueAttempt,
+    QueueReadCursor,
+    QueueTask,
+    TaskState,
+)
 from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.versions import next_queue_version
 from queues.wakeup import wake_scheduler
 from runs.locks import lock_run
-from runs.models import Backend, Run
+from runs.models import Backend, FailureKind, Run
 from runs.services.cancellation import cancel_run_locked
 
 
@@ -116,7 +123,7 @@ def _new_task(tenant_id: str, spec: TaskSpec) -> QueueTask:
     return QueueTask(
         id=new_id("qt"),
         tenant_id=tenant_id,
-        state="pending",
+        state=TaskState.PENDING,
         version=next_queue_version(),
         payload_hash=spec.fingerprint(tenant_id),
         session_path=f"/api/v1/sessions/{quote(session_id, safe='')}" if session_id else None,
@@ -174,7 +181,7 @@ def cancel_task(
 
 
 def _live_run_id(task: QueueTask) -> str | None:
-    if task.state != "running" or not isinstance(task.latest_attempt, dict):
+    if task.state != TaskState.RUNNING or not isinstance(task.latest_attempt, dict):
         return None
     run_id = task.latest_attempt.get("run_id")
     return run_id if isinstance(run_id, str) else None
@@ -200,7 +207,7 @@ def _cancel_once(
         _cancel_attempts_locked(task, reason)
         move_task_locked(
             task,
-            state="cancelled",
+            state=TaskState.CANCELLED,
             attempt=_latest_attempt(task),
             cancelled_at=timezone.now(),
             cancel_reason=reason,
@@ -212,7 +219,10 @@ def _cancel_attempts_locked(task: QueueTask, reason: str) -> None:
     """Cancel the task's live attempt (a reserved retry, or a run already gone)."""
     for attempt in QueueAttempt.objects.filter(task=task, state__in=ACTIVE_ATTEMPT_STATES):
         finish_attempt_locked(
-            attempt, state="cancelled", failure_kind="cancelled", failure_message=reason
+            attempt,
+            state=AttemptState.CANCELLED,
+            failure_kind=FailureKind.CANCELLED,
+            failure_message=reason,
         )
 
 

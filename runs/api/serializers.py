@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from agentrun import conf
 from agentrun.pagination import SeqCursorQuery
 from agentrun.validation import KIB, MIB, BoundedJSONObjectField, IdField, StrictSerializer
 from runs.models import (
     RUNNER_EVENT_TYPE_CHOICES,
+    TERMINAL_RUN_STATUSES,
     Backend,
     CancelRequest,
     Command,
@@ -21,6 +22,7 @@ from runs.models import (
     Run,
     Runner,
     RunnerJob,
+    RunStatus,
 )
 from runs.services.event_log import NewEvent
 from runs.services.lifecycle import RunSpec
@@ -30,7 +32,8 @@ EVENT_PAYLOAD_MAX = 1 * MIB
 COMMAND_PAYLOAD_MAX = 256 * KIB
 REF_MAX = 64 * KIB
 MAX_EVENTS_PER_BATCH = 500
-TERMINAL_STATUS_CHOICES = ("completed", "failed", "blocked", "cancelled")
+# In the enum's order, so the OpenAPI document lists them as before.
+TERMINAL_STATUS_CHOICES = [status.value for status in RunStatus if status in TERMINAL_RUN_STATUSES]
 
 
 # ---- input ---------------------------------------------------------------------------
@@ -116,8 +119,8 @@ class RunnerWriteIn(StrictSerializer):
 def _lease_ms_field() -> serializers.IntegerField:
     return serializers.IntegerField(
         min_value=1000,
-        max_value=settings.AGENTRUN_MAX_LEASE_MS,
-        default=settings.AGENTRUN_DEFAULT_LEASE_MS,
+        max_value=conf.max_lease_ms(),
+        default=conf.default_lease_ms(),
     )
 
 
@@ -192,9 +195,7 @@ class EventAppendIn(RunnerWriteIn):
 
 
 class EventsQuery(SeqCursorQuery):
-    wait = serializers.FloatField(
-        min_value=0, max_value=settings.AGENTRUN_LONG_POLL_MAX_SECONDS, default=0
-    )
+    wait = serializers.FloatField(min_value=0, max_value=conf.long_poll_max_seconds(), default=0)
 
 
 class CountQuery(StrictSerializer):

@@ -23,7 +23,16 @@ from agentrun.ids import new_id
 from dispatch import intents
 from queues import projection as queue_projection
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
-from runs.models import CancelRequest, CancelStage, Command, CommandState, Run
+from runs.models import (
+    CancelRequest,
+    CancelStage,
+    Command,
+    CommandState,
+    FailureKind,
+    Run,
+    RunStatus,
+)
+from runs.phases import Phase
 from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import TurnResult, release_claim_locked, terminalize_run_locked
 from sessions import projection
@@ -95,7 +104,9 @@ def cancel_run_locked(
         terminalize_run_locked(
             run,
             result=TurnResult(
-                terminal_status="cancelled", failure_kind="cancelled", failure_message=reason
+                terminal_status=RunStatus.CANCELLED,
+                failure_kind=FailureKind.CANCELLED,
+                failure_message=reason,
             ),
             session=session,
             events=events,
@@ -142,13 +153,18 @@ def _cancel_open_command_locked(
         run,
         cancel,
         runner_live=runner_live,
-        command_state="acknowledged" if command.acknowledged_at else "pending",
+        command_state=CommandState.ACKNOWLEDGED
+        if command.acknowledged_at
+        else CommandState.PENDING,
     )
     events.add(run, "backend_status", _terminal_payload(command, cancel, reason=reason))
     _record_stage(events, run, cancel, CancelStage.TERMINALIZED)
     if command.type == "turn":
         projection.project_turn_terminal_locked(
-            run, command_id=command.id, terminal_status="cancelled", failure_kind="cancelled"
+            run,
+            command_id=command.id,
+            terminal_status=RunStatus.CANCELLED,
+            failure_kind=FailureKind.CANCELLED,
         )
         queue_projection.on_command_cancelled_locked(run, command)  # a task's turn
     return cancel
@@ -227,7 +243,7 @@ def _record_stage(
         run,
         "backend_status",
         {
-            "phase": f"cancel-{stage}",
+            "phase": Phase.cancel_stage(stage),
             "cancel_request_id": cancel.id,
             "cancel_epoch": cancel.epoch,
             "target_kind": cancel.target_kind,
@@ -260,11 +276,11 @@ def _cancel_command_row(run: Run, command: Command, cancel: CancelRequest, *, re
 
 def _terminal_payload(command: Command, cancel: CancelRequest, *, reason: str) -> dict[str, Any]:
     return {
-        "phase": "command-terminal",
+        "phase": Phase.COMMAND_TERMINAL,
         "command_id": command.id,
-        "state": "cancelled",
-        "terminal_status": "cancelled",
-        "failure_kind": "cancelled",
+        "state": CommandState.CANCELLED,
+        "terminal_status": RunStatus.CANCELLED,
+        "failure_kind": FailureKind.CANCELLED,
         "message": reason,
         "cancel_request_id": cancel.id,
         "cancel_epoch": cancel.epoch,

@@ -22,6 +22,7 @@ from agentrun.ids import new_id
 from dispatch import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
+from runs.phases import Phase
 from runs.services.event_log import (
     PendingEvents,
     append_event_locked,
@@ -35,7 +36,10 @@ from sessions import projection
 if TYPE_CHECKING:
     from sessions.models import Session
 
-_STATE_FROM_TERMINAL = {"completed": "completed", "cancelled": "cancelled"}
+_STATE_FROM_TERMINAL: dict[str, str] = {
+    RunStatus.COMPLETED: CommandState.COMPLETED,
+    RunStatus.CANCELLED: CommandState.CANCELLED,
+}
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ def _insert_command(
             run,
             "backend_status",
             {
-                "phase": "run-created",
+                "phase": Phase.RUN_CREATED,
                 "run_id": run.id,
                 "project_id": run.project_id,
                 "backend_profile": run.backend_profile,
@@ -182,7 +186,7 @@ def _insert_command(
     events.add(
         run,
         "backend_status",
-        {"phase": "command-created", "command_id": command.id, "command_type": type},
+        {"phase": Phase.COMMAND_CREATED, "command_id": command.id, "command_type": type},
     )
     return command
 
@@ -241,7 +245,10 @@ def finish_command(
             intents.fence_open_intents_locked(
                 run=run, command=command, reason="command is terminal"
             )
-            if command.state == CommandState.CANCELLED and result.terminal_status != "cancelled":
+            if (
+                command.state == CommandState.CANCELLED
+                and result.terminal_status != RunStatus.CANCELLED
+            ):
                 append_event_locked(
                     run=run,
                     type="backend_status",
@@ -284,7 +291,7 @@ def _terminalize_command_locked(
         run,
         "backend_status",
         {
-            "phase": "command-terminal",
+            "phase": Phase.COMMAND_TERMINAL,
             "command_id": command.id,
             "state": command.state,
             **result.as_payload(),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs.models import Run
+from runs.phases import Phase
 
 
 def stale_claim_reason(run: Run, *, runner_id: str, lease_epoch: int) -> str | None:
@@ -40,7 +41,7 @@ def late_write_payload(
 ) -> dict[str, Any]:
     """The `backend_status {phase: late-write-rejected}` payload recording a refused write."""
     return {
-        "phase": "late-write-rejected",
+        "phase": Phase.LATE_WRITE_REJECTED,
         "source": source,
         "reason": reason,
         "runner_id": runner_id,

@@ -23,7 +23,17 @@ from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
 from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
-from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
+from runs.models import (
+    Backend,
+    Command,
+    CommandState,
+    FailureKind,
+    Lease,
+    Run,
+    Runner,
+    RunStatus,
+)
+from runs.phases import Phase
 from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
 from runs.services.fencing import late_write_payload
 from runs.services.terminal import (
@@ -196,7 +206,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
             run=run,
             type="backend_status",
             payload={
-                "phase": "run-claimed",
+                "phase": Phase.RUN_CLAIMED,
                 "runner_id": runner_id,
                 "lease_epoch": run.lease_epoch,
                 "previous_runner_id": previous if previous != runner_id else None,
@@ -254,7 +264,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
         if refusal is None and run.is_terminal:
             release_claim_locked(run)
             intents.fence_open_intents_locked(run=run, reason="run is terminal")
-            if run.status == RunStatus.CANCELLED and result.terminal_status != "cancelled":
+            if run.status == RunStatus.CANCELLED and result.terminal_status != RunStatus.CANCELLED:
                 append_event_locked(
                     run=run,
                     type="backend_status",
@@ -292,7 +302,7 @@ def _finish_live_run_locked(run: Run, commands: list[Command], *, result: TurnRe
         run,
         commands,
         state=CommandState.CANCELLED,
-        failure_kind="cancelled",
+        failure_kind=FailureKind.CANCELLED,
         reason="run-finished",
         message=f"the run was finished ({result.terminal_status}) before this command ran",
         events=events,

@@ -24,7 +24,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.locks import lock_run, lock_run_commands, lock_run_unless_busy
-from runs.models import CommandState, FailureKind, Run
+from runs.models import CommandState, FailureKind, Run, RunStatus
+from runs.phases import Phase
 from runs.selectors import expired_lease_run_ids
 from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import (
@@ -82,7 +83,7 @@ def _reap_one(run_id: str, cutoff: datetime) -> bool:
         fail_run_locked(
             run,
             reason=reason,
-            phase="lease-expired",
+            phase=Phase.LEASE_EXPIRED,
             runner_id=run.claimed_by,
             lease_epoch=run.lease_epoch,
             lease_expires_at=expired_at.isoformat(),
@@ -104,7 +105,7 @@ def terminalize_abandoned_run(*, run_id: str, reason: str, **facts: Any) -> bool
             return False
         if run.claimed_by is not None and not run.lease_expired(timezone.now()):
             return False
-        fail_run_locked(run, reason=reason, phase="runner-gone", retention_fence=True, **facts)
+        fail_run_locked(run, reason=reason, phase=Phase.RUNNER_GONE, retention_fence=True, **facts)
     return True
 
 
@@ -112,7 +113,7 @@ def fail_run_locked(
     run: Run,
     *,
     reason: str,
-    phase: str,
+    phase: Phase,
     session: Session | None = None,
     events: PendingEvents | None = None,
     **facts: Any,
@@ -137,7 +138,7 @@ def fail_run_locked(
         )
         terminalize_run_locked(
             run,
-            result=TurnResult("failed", failure_kind=kind, failure_message=reason),
+            result=TurnResult(RunStatus.FAILED, failure_kind=kind, failure_message=reason),
             session=session,
             events=events,
         )

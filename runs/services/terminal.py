@@ -20,7 +20,8 @@ from django.utils import timezone
 from agentrun.redaction import redact_text
 from dispatch import intents
 from queues import projection as queue_projection
-from runs.models import Command, CommandState, Lease, Run
+from runs.models import Command, CommandState, Lease, Run, RunStatus
+from runs.phases import Phase
 from runs.services.event_log import PendingEvents, collecting
 from sessions import projection
 
@@ -64,7 +65,7 @@ def close_open_commands_locked(
     the run lock and the command locks; `events`: the caller's pending events, if it
     collects them."""
     now = timezone.now()
-    terminal_status = "cancelled" if state == CommandState.CANCELLED else "failed"
+    terminal_status = RunStatus.CANCELLED if state == CommandState.CANCELLED else RunStatus.FAILED
     with collecting(events) as events:
         for command in commands:
             if not command.is_terminal:
@@ -75,7 +76,7 @@ def close_open_commands_locked(
                     run,
                     "backend_status",
                     {
-                        "phase": "command-terminal",
+                        "phase": Phase.COMMAND_TERMINAL,
                         "reason": reason,
                         "command_id": command.id,
                         "state": state,
@@ -170,7 +171,7 @@ def record_thread_locked(
             run,
             "backend_status",
             {
-                "phase": "session-updated",
+                "phase": Phase.SESSION_UPDATED,
                 "session_id": run.session_id,
                 "thread_id": result.thread_id,
                 "turn_id": result.turn_id,

@@ -36,7 +36,8 @@ from agentrun.locks import LockKey, advisory_xact_lock
 from dispatch import intents
 from dispatch.selectors import intent_of
 from runs.locks import lock_command, lock_run
-from runs.models import Command, Run
+from runs.models import Command, CommandState, Run, RunStatus
+from runs.phases import Phase
 from runs.services.cancellation import cancel_run_locked
 from runs.services.command_lifecycle import create_command_locked
 from runs.services.event_log import PendingEvents
@@ -175,14 +176,14 @@ def replay_or_recover(
     if intent is not None or request.dispatch is None:
         intents.check_intent_replay(command=command, intent=intent, request=request.dispatch)
         return Admission("replayed", run, command)
-    if run.status != "pending" or run.claimed_by or command.state != "pending":
+    if run.status != RunStatus.PENDING or run.claimed_by or command.state != CommandState.PENDING:
         raise busy(request.session_id, run, command)
     recovered = intents.record_intent_locked(run=run, command=command, request=request.dispatch)
     events.add(
         run,
         "backend_status",
         {
-            "phase": "runner-dispatch-recovered",
+            "phase": Phase.RUNNER_DISPATCH_RECOVERED,
             "reason": "session-runner-admission-partial-write-recovered",
             "command_id": command.id,
             "dispatch_intent_id": recovered.id,

@@ -14,10 +14,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agentrun import conf
 from agentrun.errors import invalid
 from agentrun.tenancy import Scope
 from sessions.locks import lock_or_insert_session, lock_session
@@ -155,7 +155,7 @@ def gc_expired_local_storage(*, limit: int = 100, dry_run: bool = False) -> dict
     keeps its storage, and a crash in between leaves a directory behind (its path stays on
     the evicted row), never a live session without its directory.
     """
-    root = Path(settings.AGENTRUN_SESSION_STORAGE_ROOT).resolve()
+    root = conf.session_storage_root().resolve()
     now = timezone.now()
     pvc_pending = Session.objects.filter(storage_kind=StorageKind.PVC, expires_at__lte=now)
     counts = {"evicted": 0, "skipped_outside_root": 0, "pvc_pending": pvc_pending.count()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from runs.models import Command, Run
+from runs.phases import Phase
 from runs.services.event_log import PendingEvents
 from runs.services.reaper import fail_run_locked
 from sessions.models import Session
@@ -29,7 +30,7 @@ def terminalize_stale_turn_locked(
     fail_run_locked(
         run,
         reason=MESSAGE,
-        phase="session-turn-admission-stale-terminalized",
+        phase=Phase.SESSION_TURN_ADMISSION_STALE_TERMINALIZED,
         session=session,
         events=events,
         command_id=command.id,

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.models import Event, Run
+from runs.models import TERMINAL_RUN_STATUSES, Event, EventType, Run, RunStatus
 from runs.services.lifecycle import RunSpec
 from sessions.services.admission import admit_turn
 from sessions.turns import TurnRequest
@@ -53,17 +53,19 @@ class Command(BaseCommand):
         if options["wait"] <= 0:
             return
         status = self._wait(run.id, options["wait"])
-        for event in Event.objects.filter(run_id=run.id, type="agent_message").order_by("seq"):
+        for event in Event.objects.filter(run_id=run.id, type=EventType.AGENT_MESSAGE).order_by(
+            "seq"
+        ):
             self.stdout.write(f"agent: {event.payload.get('text')}")
         self.stdout.write(f"run {run.id}: {status}")
-        if status != "completed":
+        if status != RunStatus.COMPLETED:
             raise CommandError(f"the demo turn did not complete: {status}")
 
     def _wait(self, run_id: str, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             status = Run.objects.filter(pk=run_id).values_list("status", flat=True).get()
-            if status in ("completed", "failed", "blocked", "cancelled"):
+            if status in TERMINAL_RUN_STATUSES:
                 return status
             time.sleep(0.25)
         return "still running after the wait"

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from agentrun import conf
 from agentrun.auth import issue_api_key
 from agentrun.models import ApiKey
 from agentrun.task_queues import TaskQueue
@@ -58,7 +59,7 @@ class Command(BaseCommand):
                 worker.wait(timeout=20)
 
     def _announce(self, url: str) -> None:
-        source = "embedded" if settings.AGENTRUN_DATABASE_EMBEDDED else "DATABASE_URL"
+        source = "embedded" if conf.database_embedded() else "DATABASE_URL"
         self.stdout.write(f"database: {settings.DATABASES['default']['NAME']} ({source})")
         if not ApiKey.objects.filter(tenant_id=LOCAL_TENANT, role="client").exists():
             issued = issue_api_key(tenant_id=LOCAL_TENANT, role="client", name="local")
@@ -68,7 +69,7 @@ class Command(BaseCommand):
         self.stdout.write(f"API: {url}/api/v1/   schema: {url}/api/schema   admin: {url}/admin/")
 
     def _start_worker(self) -> subprocess.Popen[bytes]:
-        data_dir = settings.AGENTRUN_DATA_DIR
+        data_dir = conf.data_dir()
         for folder in ("celery/queue", "celery/processed", "celery/control"):
             (data_dir / folder).mkdir(parents=True, exist_ok=True)
         queues = ",".join(["celery", *(queue.value for queue in TaskQueue)])

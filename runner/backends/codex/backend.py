@@ -21,6 +21,7 @@ from runner.backends.base import TurnControl, TurnInput, TurnOutcome
 from runner.backends.codex.config import codex_argv, codex_env, thread_params
 from runner.backends.codex.rpc import CodexError, CodexProcess, RpcError
 from runner.backends.codex.turn import RPC_TIMEOUT_S, Turn
+from runner.phases import RunnerPhase
 
 
 class CodexBackend:
@@ -123,7 +124,7 @@ class CodexBackend:
                 self._thread_id = str(result["thread"]["id"])
                 control.emit(
                     "backend_status",
-                    {**ids, "phase": "thread-resumed", "thread_id": self._thread_id},
+                    {**ids, "phase": RunnerPhase.THREAD_RESUMED, "thread_id": self._thread_id},
                 )
                 return self._thread_id
             except RpcError as error:  # e.g. "no rollout found": the home was not kept
@@ -131,7 +132,7 @@ class CodexBackend:
                     "backend_status",
                     {
                         **ids,
-                        "phase": "thread-resume-failed",
+                        "phase": RunnerPhase.THREAD_RESUME_FAILED,
                         "thread_id": wanted,
                         "message": error.message,
                     },
@@ -142,7 +143,7 @@ class CodexBackend:
             "backend_status",
             {
                 **ids,
-                "phase": "thread-started",
+                "phase": RunnerPhase.THREAD_STARTED,
                 "thread_id": self._thread_id,
                 "model": result.get("model"),
             },

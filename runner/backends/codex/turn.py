@@ -37,6 +37,7 @@ from runner.backends.base import TurnControl, TurnInput, TurnOutcome
 from runner.backends.codex.approvals import approval_answer, policy_decision, unsupported_error
 from runner.backends.codex.events import clip, file_changes, text_input, tool_call, tool_output
 from runner.backends.codex.rpc import CodexProcess, RpcError, RpcTimeout
+from runner.phases import RunnerPhase
 
 log = logging.getLogger("agentrun.runner.codex")
 
@@ -125,7 +126,7 @@ class Turn:
                 "input": [text_input(text)],
             }
             error = self._request("turn/steer", params)
-            phase = "steer-rejected" if error else "steer-accepted"
+            phase = RunnerPhase.STEER_REJECTED if error else RunnerPhase.STEER_ACCEPTED
             self._emit("backend_status", phase=phase, text=text, message=error)
         return False
 
@@ -145,10 +146,10 @@ class Turn:
     def _answer(self, message: dict[str, Any]) -> None:
         method, params = str(message.get("method")), message.get("params") or {}
         decision = policy_decision(self.policy)
-        phase = "approval" if "pproval" in method else "server-request"
+        approval = "pproval" in method
         self._emit(
             "backend_status",
-            phase=f"{phase}-requested" if phase == "approval" else phase,
+            phase=RunnerPhase.APPROVAL_REQUESTED if approval else RunnerPhase.SERVER_REQUEST,
             method=method,
             request_id=message["id"],
             item_id=params.get("itemId"),
@@ -162,7 +163,9 @@ class Turn:
             self.process.respond(message["id"], result)
         self._emit(
             "backend_status",
-            phase=f"{phase}-answered",
+            phase=(
+                RunnerPhase.APPROVAL_ANSWERED if approval else RunnerPhase.SERVER_REQUEST_ANSWERED
+            ),
             method=method,
             request_id=message["id"],
             decision=answered,
@@ -227,7 +230,7 @@ class Turn:
         error = params.get("error") or {}
         message = str(error.get("message") or "codex reported an error")
         if params.get("willRetry"):
-            self._emit("backend_status", phase="retrying", message=message)
+            self._emit("backend_status", phase=RunnerPhase.RETRYING, message=message)
             return
         self.last_error = message
         self._emit("error", message=message, codex_error_info=error.get("codexErrorInfo"))
@@ -264,7 +267,7 @@ class Turn:
                 )
         self.open_items.clear()
         if abandoned:
-            self._emit("backend_status", phase="items-abandoned", items=abandoned)
+            self._emit("backend_status", phase=RunnerPhase.ITEMS_ABANDONED, items=abandoned)
 
     def _emit_usage(self) -> None:
         if self.usage is None:

@@ -36,6 +36,11 @@ def data_dir() -> Path:
     return Path(settings.AGENTRUN_DATA_DIR)
 
 
+def db_pool_size() -> int:
+    """Connections a process's pool holds at most (0: no pool)."""
+    return _int("AGENTRUN_DB_POOL_SIZE")
+
+
 def database_embedded() -> bool:
     """True when no `DATABASE_URL` was given and the embedded PostgreSQL serves."""
     return _bool("AGENTRUN_DATABASE_EMBEDDED")

@@ -38,10 +38,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import psycopg
-from django.conf import settings
 from django.db import connection
 from psycopg.rows import TupleRow
 
+from agentrun import conf
 from agentrun.errors import not_ready
 from agentrun.metrics import LONG_POLL_WAITERS
 from runs.models import Event
@@ -334,7 +334,7 @@ _reread_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Sema
 def reread_slots() -> int:
     """Long-poll reads at once (first pages and re-reads): half the pool, so other requests
     still get a connection; a burst of polls queues on the loop, not in the pool timeout."""
-    pool = settings.AGENTRUN_DB_POOL_SIZE or 10
+    pool = conf.db_pool_size() or 10
     return max(1, pool // 2)
 
 

@@ -9,7 +9,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentrun.pagination import SeqCursorQuery
-from agentrun.validation import KIB, MIB, BoundedJSONObjectField, IdField, StrictSerializer
+from agentrun.validation import (
+    KIB,
+    MIB,
+    BoundedJSONObjectField,
+    IdField,
+    ReservedIdField,
+    StrictSerializer,
+)
 from runs.models import (
     RUNNER_EVENT_TYPE_CHOICES,
     Backend,
@@ -41,7 +48,7 @@ class WorkspaceRefIn(StrictSerializer):
 
 
 class SessionRefIn(StrictSerializer):
-    session_id = IdField()
+    session_id = ReservedIdField()
     conversation_id = IdField(required=False, allow_null=True)
     thread_id = IdField(required=False, allow_null=True)
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False)
@@ -55,7 +62,7 @@ class SessionRefIn(StrictSerializer):
 
 
 class RunCreateIn(StrictSerializer):
-    id = IdField(required=False)
+    id = ReservedIdField(required=False)
     tenant_id = IdField(required=False, help_text="Operator keys only; clients use their own.")
     project_id = IdField()
     workspace_ref = WorkspaceRefIn()

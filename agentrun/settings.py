@@ -129,7 +129,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["agentrun.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["agentrun.auth.IsAuthenticatedKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agentrun.parsers.DepthLimitedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "agentrun.schema.AgentRunAutoSchema",
     "EXCEPTION_HANDLER": "agentrun.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,

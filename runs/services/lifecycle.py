@@ -25,7 +25,7 @@ from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
 from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
-from runs.services.fencing import late_write_payload
+from runs.services.fencing import ended_run_reason, late_write_payload
 from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,
@@ -238,8 +238,9 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     """Terminalise a run with the runner's result (seed `finishRun`).
 
     Locks: the run row, then its commands. Finishing a terminal run changes nothing but
-    releases a leftover claim; if the run was cancelled and the report is not a cancel, a
-    `late-write-rejected` event records what was refused. Errors: 404; 409 `stale_lease`.
+    releases a leftover claim; a report that disagrees with how the run ended (cancelled,
+    failed by the reaper, …) is recorded as a `late-write-rejected` event.
+    Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
@@ -254,7 +255,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
         if refusal is None and run.is_terminal:
             release_claim_locked(run)
             intents.fence_open_intents_locked(run=run, reason="run is terminal")
-            if run.status == RunStatus.CANCELLED and result.terminal_status != "cancelled":
+            if result.terminal_status != run.status:  # a report that disagrees is kept
                 append_event_locked(
                     run=run,
                     type="backend_status",
@@ -262,7 +263,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
                         run,
                         source="run-status",
                         runner_id=runner_id,
-                        reason="the run was cancelled",
+                        reason=ended_run_reason(run),
                         refused=result.as_payload(),
                     ),
                 )

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # OpClass in index expressions (the run search index)
     "rest_framework",
     "django_filters",
     "drf_spectacular",

@@ -299,6 +299,12 @@ class RunPageOut(serializers.Serializer[Any]):
     page = serializers.IntegerField()
     page_size = serializers.IntegerField()
     facets = RunFacetsOut()
+    total_truncated = serializers.BooleanField(
+        help_text="`total` stopped counting at its cap (10,000 runs): narrow the filters."
+    )
+    facets_truncated = serializers.BooleanField(
+        help_text="`facets` describe the 1,000 most recently updated runs, not all of them."
+    )
 
 
 class DispatchIntentRefOut(serializers.Serializer[Any]):

@@ -156,4 +156,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     response = Response(error.as_json(), status=error.http_status)
     if error.http_status == status.HTTP_401_UNAUTHORIZED:
         response["WWW-Authenticate"] = 'Bearer realm="agentrun"'
+    if "retry_after_s" in error.details:
+        response["Retry-After"] = str(error.details["retry_after_s"])
     return response
+
+
+def throttled(message: str, *, retry_after: int) -> AgentRunError:
+    """A 429; the handler sends `Retry-After: <retry_after>` with it."""
+    return AgentRunError(
+        message,
+        code="throttled",
+        http_status=429,
+        failure_kind=None,
+        details={"retry_after_s": retry_after},
+    )

@@ -61,3 +61,20 @@ def test_a_body_within_the_depth_limit_is_accepted() -> None:
     body = run_body(execution_policy={"x": _nested(MAX_JSON_DEPTH - 2)})
     response = key_client(role="client").post(f"{API}/runs", body, format="json")
     assert response.status_code == 201, response.content[:300]
+
+
+def test_guessing_api_keys_from_one_address_is_throttled_with_retry_after() -> None:
+    from agentrun.throttle import MAX_KEY_FAILURES
+    from tests.builders import api_client
+
+    guesser = api_client("ar_client_" + "x" * 40)
+    for _ in range(MAX_KEY_FAILURES):
+        assert guesser.get(f"{API}/runs").status_code == 401
+    refused = guesser.get(f"{API}/runs")
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "throttled"
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    # Meanwhile a right key from that address cannot confirm a guess either; another
+    # address is not held up.
+    right = key_client(role="client")
+    assert right.get(f"{API}/runs").status_code == 429
+    assert right.get(f"{API}/runs", REMOTE_ADDR="10.0.0.9").status_code == 200

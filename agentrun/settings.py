@@ -85,6 +85,8 @@ INSTALLED_APPS = [
     "ops",  # the operations console, on top of every app
 ]
 
+AUTHENTICATION_BACKENDS = ["agentrun.throttle.ThrottledModelBackend"]  # failed logins throttled
+
 MIDDLEWARE = [
     "agentrun.metrics.RouteLatencyMiddleware",  # outermost: the latency a client sees
     "agentrun.middleware.LogContextMiddleware",

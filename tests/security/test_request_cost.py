@@ -78,3 +78,26 @@ def test_guessing_api_keys_from_one_address_is_throttled_with_retry_after() -> N
     right = key_client(role="client")
     assert right.get(f"{API}/runs").status_code == 429
     assert right.get(f"{API}/runs", REMOTE_ADDR="10.0.0.9").status_code == 200
+
+
+def test_guessing_admin_passwords_is_throttled_even_for_the_right_one() -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from agentrun.throttle import MAX_KEY_FAILURES
+
+    User.objects.create_superuser("root", "root@example.com", "right-password-1")
+    browser = Client()
+
+    def login(password: str, address: str = "127.0.0.1") -> bool:
+        browser.post(
+            "/admin/login/",
+            {"username": "root", "password": password, "next": "/admin/"},
+            REMOTE_ADDR=address,
+        )
+        return "_auth_user_id" in browser.session
+
+    for attempt in range(MAX_KEY_FAILURES):
+        assert not login(f"guess-{attempt}")
+    assert not login("right-password-1")  # the guesser cannot confirm a hit
+    assert login("right-password-1", address="10.0.0.9")

@@ -60,11 +60,13 @@ def request_scope(request: Request) -> Scope:
 
 
 class ObjectViewSet(viewsets.ViewSet):
-    """A resource addressed by id: the id in the path is validated like any other input."""
+    """A resource addressed by id: the id in the path is validated like any other input.
+    `reserved_pk`: the caller chooses the id (a path that may create the object)."""
 
     lookup_value_regex = "[^/]+"
+    reserved_pk = False
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authenticate and check permissions first
         if "pk" in kwargs:
-            validate_path_id(kwargs["pk"])
+            validate_path_id(kwargs["pk"], reserved=self.reserved_pk)

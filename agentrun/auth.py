@@ -15,6 +15,7 @@ from typing import Any
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
+from agentrun import throttle
 from agentrun.hashing import secret_digest
 from agentrun.ids import new_id
 from agentrun.models import ApiKey, ApiKeyRole
@@ -95,10 +96,12 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise exceptions.AuthenticationFailed("expected 'Authorization: Bearer <key>'")
+        throttle.refuse_if_throttled(request)
         api_key = ApiKey.objects.filter(
             key_digest=secret_digest(token.strip()), revoked_at__isnull=True
         ).first()
         if api_key is None:
+            throttle.record_key_failure(request)
             raise exceptions.AuthenticationFailed("unknown or revoked API key")
         return KeyPrincipal(api_key), api_key
 

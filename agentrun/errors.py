@@ -233,7 +233,9 @@ def error_headers(error: AgentRunError, exc: BaseException | None = None) -> dic
     headers = {}
     if error.http_status == status.HTTP_401_UNAUTHORIZED:
         headers["WWW-Authenticate"] = 'Bearer realm="agentrun"'
-    if error.http_status in (429, 503):
+    if "retry_after_s" in error.details:
+        headers["Retry-After"] = str(error.details["retry_after_s"])
+    elif error.http_status in (429, 503):
         wait = getattr(exc, "wait", None)
         headers["Retry-After"] = str(max(1, int(wait)) if wait else RETRY_AFTER_S)
     return headers
@@ -258,3 +260,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     response = Response(error.as_json(), status=error.http_status, headers=headers)
     request = context.get("request")
     return log_busy(response, error, request.path if request is not None else "?")
+
+
+def throttled(message: str, *, retry_after: int) -> AgentRunError:
+    """A 429; the handler sends `Retry-After: <retry_after>` with it."""
+    return AgentRunError(
+        message,
+        code="throttled",
+        http_status=429,
+        failure_kind="rate-limited",
+        details={"retry_after_s": retry_after},
+    )

@@ -1,7 +1,10 @@
 """Redaction of secrets in JSON before it is stored or logged.
 
 A value is replaced when its key names a secret (token, password, api key, …) or when the
-value itself looks like a credential (a bearer header, a provider key). Redaction is
+value itself looks like a credential (a bearer header, a provider key, a JWT, the password
+of a DSN such as `postgres://user:pass@host`, or the value of a `NAME=value` line of an
+environment dump whose name names a secret, as `env` or a crash report prints it; a
+`DATABASE_URL=…` line is masked whole, the host names every tenant's data). Redaction is
 applied to event payloads, runner metadata and recorded errors, so nothing a runner or a
 backend reports can put a credential into the database, Kafka or the logs.
 """
@@ -39,12 +42,35 @@ _SECRET_VALUE = re.compile(
 )
 
 
+# A JSON Web Token: base64url `{"…` header and payload, and a signature (maybe empty).
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
+# `scheme://[user]:password@`: the password, up to the last `@` before the host.
+_DSN_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.-]*://[^:/@\s]*:)([^\s/]+)@", re.IGNORECASE)
+# `NAME=value` (`export NAME=value`, quoted or not) at the start of a line or after a space.
+_ENV_ASSIGNMENT = re.compile(
+    r"(?<![^\s;,])([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"\n]*\"|'[^'\n]*'|[^\s;,]+)"
+)
+# Names (of environment variables, of keys) whose value is a credential though they name no
+# secret: a DSN carries the password and the host of every tenant's data.
+_SECRET_URL_NAMES = re.compile(r"(database_url|dsn|broker_url|redis_url)$", re.IGNORECASE)
+
+
 def is_secret_key(key: str) -> bool:
-    return key.lower() not in _SAFE_KEYS and bool(_SECRET_KEY.search(key))
+    if key.lower() in _SAFE_KEYS:
+        return False
+    return bool(_SECRET_KEY.search(key) or _SECRET_URL_NAMES.search(key))
+
+
+def _mask_assignment(match: re.Match[str]) -> str:
+    name = match.group(1)
+    return f"{name}={REDACTED}" if is_secret_key(name) else match.group(0)
 
 
 def redact_text(text: str) -> str:
-    return _SECRET_VALUE.sub(REDACTED, text)
+    text = _SECRET_VALUE.sub(REDACTED, text)
+    text = _JWT.sub(REDACTED, text)
+    text = _ENV_ASSIGNMENT.sub(_mask_assignment, text)
+    return _DSN_PASSWORD.sub(rf"\1{REDACTED}@", text)
 
 
 def redact_json(value: Any) -> Any:

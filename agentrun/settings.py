@@ -99,6 +99,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # OpClass in index expressions (the run search index)
     "rest_framework",
     "django_filters",
     "drf_spectacular",
@@ -110,6 +111,8 @@ INSTALLED_APPS = [
     "outbox",
     "ops",  # the operations console, on top of every app
 ]
+
+AUTHENTICATION_BACKENDS = ["agentrun.throttle.ThrottledModelBackend"]  # failed logins throttled
 
 MIDDLEWARE = [
     # Every middleware is sync-and-async capable, so the ASGI handler runs the async
@@ -159,7 +162,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["agentrun.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["agentrun.auth.IsAuthenticatedKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agentrun.parsers.DepthLimitedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "agentrun.schema.AgentRunAutoSchema",
     "EXCEPTION_HANDLER": "agentrun.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,

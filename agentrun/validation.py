@@ -6,8 +6,10 @@ fields, wrong types and oversize values, before anything reaches the database.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from agentrun.errors import invalid
@@ -77,12 +79,34 @@ class IdField(serializers.CharField):
         super().__init__(**kwargs)
 
 
-def validate_path_id(value: str, *, field: str = "id") -> str:
+# SPEC §9.7: an id a caller reserves (a run's, a session's) is one argv word that cannot
+# be read as an option (no leading `-`), one URL path segment (no `/`), and one field of a
+# `<run id>:<seq>` notification (no `:`). ASCII only, so what a person sees is what is stored.
+RESERVED_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
+_RESERVED_ID = RegexValidator(
+    re.compile(rf"\A{RESERVED_ID_PATTERN}\Z"),
+    message=(
+        "must be 1-200 characters of letters, digits, '.', '_' and '-', "
+        "starting with a letter or digit"
+    ),
+)
+
+
+class ReservedIdField(IdField):
+    """An id the caller chooses for a run or a session (SPEC §9.7's character set)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validators.append(_RESERVED_ID)
+
+
+def validate_path_id(value: str, *, field: str = "id", reserved: bool = False) -> str:
     """An id taken from the URL path obeys the `IdField` rules (at most 200 characters, no
     NUL or lone surrogate), or is a 400 naming it: it must never reach the database as a
-    500."""
+    500. A `reserved` id (a path that may create the object) obeys `ReservedIdField`."""
     try:
-        return str(IdField().run_validation(value))
+        id_field = ReservedIdField() if reserved else IdField()
+        return str(id_field.run_validation(value))
     except serializers.ValidationError as error:
         detail = error.detail[0] if isinstance(error.detail, list) else error.detail
         raise invalid(f"{field}: {detail}", field=field) from error

@@ -29,8 +29,9 @@ CELLS = {
     "9": "turn_admission",
     "10": "growth",
     "11": "server_load",
+    "12": "run_list",
 }
-ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10", "11"]
+ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10", "11", "12"]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -1,21 +1,30 @@
 """The `/metrics` view: this process's counters (`agentrun.metrics`) plus backlog gauges.
 
-The backlog gauges are read from the database at scrape time by `BacklogCollector`, from
-the same facts as `agentrun_status` and the dashboard (`ops.status`), so the three never
-disagree. That read spans every app, which is why the view lives here and not beside the
-counters in the foundation.
+The backlog gauges are read from the database by `BacklogCollector`, from the same facts
+as `agentrun_status` and the dashboard (`ops.status`), so the three never disagree. That
+read spans every app, which is why the view lives here and not beside the counters in the
+foundation. It is not done per scrape (issue 16: anyone could make the server query every
+backlog as fast as they could send requests): a scrape serves the last reading, and one
+older than `AGENTRUN_METRICS_BACKLOG_REFRESH_S` (default 10 s; 0 reads on every scrape)
+starts one background refresh; only the very first scrape of a process waits for a read.
 
 `/metrics` needs no API key, so no label carries a tenant, project, queue name or object id:
-counts only. With `PROMETHEUS_MULTIPROC_DIR` set, each scrape sums the counters of every
-process of the host.
+counts only. With `AGENTRUN_METRICS_TOKEN` set it needs `Authorization: Bearer <token>`.
+With `PROMETHEUS_MULTIPROC_DIR` set, each scrape sums the counters of every process of the
+host.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.conf import settings
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
@@ -27,15 +36,57 @@ from dispatch.models import OPEN_INTENT_STATES
 from ops.status import collect_status
 
 
+def _refresh_s() -> float:
+    return float(getattr(settings, "AGENTRUN_METRICS_BACKLOG_REFRESH_S", 10))
+
+
+class _BacklogReading:
+    """The last backlog reading of this process, refreshed at most every `_refresh_s()`
+    seconds, in a background thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._status: dict[str, Any] | None = None
+        self._read_at = 0.0
+        self._refreshing = False
+
+    def latest(self) -> dict[str, Any]:
+        with self._lock:
+            status, age = self._status, time.monotonic() - self._read_at
+            stale = status is None or age >= _refresh_s()
+            start = stale and status is not None and not self._refreshing and _refresh_s() > 0
+            self._refreshing = self._refreshing or start
+        if status is None or (stale and _refresh_s() <= 0):
+            return self._read()
+        if start:
+            threading.Thread(target=self._refresh, name="metrics-backlog", daemon=True).start()
+        return status
+
+    def _read(self) -> dict[str, Any]:
+        status = collect_status(items=0)
+        with self._lock:
+            self._status, self._read_at = status, time.monotonic()
+        return status
+
+    def _refresh(self) -> None:
+        try:
+            self._read()
+        finally:
+            self._refreshing = False
+            connection.close()  # this thread's own connection
+
+
+BACKLOG = _BacklogReading()
+
+
 class BacklogCollector(Collector):
-    """Reads the backlogs from the database at scrape time (`ops.status`)."""
+    """The backlog gauges from the last reading (`_BacklogReading`, `ops.status`)."""
 
     def describe(self) -> list[GaugeMetricFamily]:
         return []  # nothing to read at registration; the database is only read on scrape
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        status = collect_status(items=0)
-        yield from _backlog_families(status)
+        yield from _backlog_families(BACKLOG.latest())
 
 
 def _family(name: str, doc: str, values: Mapping[str, Any], label: str) -> GaugeMetricFamily:
@@ -104,9 +155,23 @@ def scrape_registry() -> CollectorRegistry:
     return registry
 
 
+def _token_accepted(request: HttpRequest) -> bool:
+    """No `AGENTRUN_METRICS_TOKEN`: open; otherwise the bearer token must match it."""
+    token = os.environ.get("AGENTRUN_METRICS_TOKEN", "")
+    if not token:
+        return True
+    sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    return hmac.compare_digest(sent.encode(), token.encode())
+
+
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """`GET /metrics`: Prometheus text format. No API key: counts only, no tenant data."""
+    """`GET /metrics`: Prometheus text format; counts only, no tenant data. Behind
+    `AGENTRUN_METRICS_TOKEN` when it is set."""
+    if not _token_accepted(request):
+        response = HttpResponse("a metrics token is required\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="agentrun-metrics"'
+        return response
     return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
+from django.db.models import TextField, Value
+from django.db.models.functions import Concat, Lower
 from django.utils import timezone
 
 
@@ -111,6 +114,30 @@ class CancelTargetKind(models.TextChoices):
     TASK = "task"
 
 
+# The fields a person searches runs by, one lower-case text (seed `listRuns` search).
+RUN_SEARCH_FIELDS = (
+    "id",
+    "project_id",
+    "backend_profile",
+    "provider_id",
+    "workspace_ref__path",
+    "session_ref__session_id",
+    "trace_sink__task_id",
+    "failure_kind",
+    "failure_message",
+)
+
+
+def run_search_document() -> Lower:
+    """The run list's search text. The trigram index is built on this very expression, so
+    a `contains` on it is an index scan, not a scan of the tenant's history."""
+    parts: list[object] = []
+    for name in RUN_SEARCH_FIELDS:
+        parts.extend([name, Value("\n")])
+    # id and the other columns are text, Value("\n") is a CharField: say which.
+    return Lower(Concat(*parts[:-1], output_field=TextField()))
+
+
 class Run(models.Model):
     id = models.TextField(primary_key=True)
     tenant_id = models.TextField()
@@ -141,7 +168,21 @@ class Run(models.Model):
         db_table = "agentrun_runs"
         indexes = [
             models.Index(fields=["status", "updated_at"], name="agentrun_runs_status_idx"),
-            models.Index(fields=["tenant_id", "-updated_at"], name="agentrun_runs_tenant_idx"),
+            # The run list's sorts within a tenant and, for an operator, across tenants: a page
+            # walks one of these, never sorting the history (issue 16).
+            models.Index(
+                fields=["tenant_id", "-updated_at", "-id"], name="agentrun_runs_tenant_idx"
+            ),
+            models.Index(fields=["-updated_at", "-id"], name="agentrun_runs_recent_idx"),
+            models.Index(
+                fields=["tenant_id", "status", "-updated_at", "-id"],
+                name="agentrun_runs_tstatus_idx",
+            ),
+            models.Index(fields=["tenant_id", "id"], name="agentrun_runs_tenant_id_idx"),
+            GinIndex(
+                OpClass(run_search_document(), name="gin_trgm_ops"),
+                name="agentrun_runs_search_idx",
+            ),
             # Live runs by profile: the dispatcher's capacity count and the operator status read
             # only these, which stay few while terminal history grows.
             models.Index(

@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Value, Window
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import JSONObject
 
-from agentrun.errors import not_found
+from agentrun.errors import invalid, not_found
 from agentrun.tenancy import Scope
 from runs.models import (
     LEASED_RUN_STATUSES,
@@ -79,6 +79,13 @@ def get_runner_job_for(*, scope: Scope, runner_job_id: str) -> RunnerJob:
     return job
 
 
+# What one `GET /runs` may cost, whatever the caller's history (issue 16): `total` counts
+# at most TOTAL_CAP runs (then `total_truncated`), the facets describe the FACET_WINDOW
+# most recently updated runs of the scope (then `facets_truncated`).
+TOTAL_CAP = 10_000
+FACET_WINDOW = 1_000
+
+
 @dataclass(frozen=True)
 class RunPage:
     items: list[Run]
@@ -86,6 +93,8 @@ class RunPage:
     facets: dict[str, Any]
     page: int
     page_size: int
+    total_truncated: bool = False
+    facets_truncated: bool = False
 
 
 def _command_json() -> JSONObject:
@@ -113,67 +122,67 @@ def _runner_job_json() -> JSONObject:
     )
 
 
-def _facet_row(scope: QuerySet[Run]) -> QuerySet[Any, Any]:
-    """One row of facet values over the key's whole scope (not the filtered page): the
-    choices a run list UI offers."""
+def recent_runs(scope: QuerySet[Run], limit: int) -> QuerySet[Run]:
+    """The `limit` most recently updated runs of `scope`: a walk of the `(tenant_id,
+    -updated_at, -id)` index (or `(-updated_at, -id)` for an operator), never a sort of
+    the scope's history."""
+    return scope.order_by(*RUN_SORTS["updated-desc"])[:limit]
+
+
+def _facets(scope: QuerySet[Run]) -> tuple[dict[str, Any], bool]:
+    """Facet values over the scope's FACET_WINDOW most recent runs (not the filtered page):
+    the choices a run list UI offers; and whether older runs were left out."""
+    window = recent_runs(scope, FACET_WINDOW)  # aggregated as a subquery of its slice
     status_counts = {status: Count("id", filter=Q(status=status)) for status in RunStatus.values}
-    return (
-        scope.order_by()
-        .annotate(grouping=Value(1))
-        .values("grouping")
-        .annotate(
-            facets=JSONObject(
-                projects=ArrayAgg("project_id", distinct=True, order_by="project_id"),
-                workspaces=ArrayAgg(
-                    F("workspace_ref__path"),
-                    distinct=True,
-                    order_by=F("workspace_ref__path"),
-                    filter=Q(workspace_ref__path__isnull=False),
-                ),
-                backends=ArrayAgg("backend_profile", distinct=True, order_by="backend_profile"),
-                providers=ArrayAgg("provider_id", distinct=True, order_by="provider_id"),
-                status_counts=JSONObject(**status_counts),
-            )
-        )
-        .values("facets")
+    facets = window.aggregate(
+        projects=ArrayAgg("project_id", distinct=True, order_by="project_id", default=[]),
+        workspaces=ArrayAgg(
+            F("workspace_ref__path"),
+            distinct=True,
+            order_by=F("workspace_ref__path"),
+            filter=Q(workspace_ref__path__isnull=False),
+            default=[],
+        ),
+        backends=ArrayAgg("backend_profile", distinct=True, order_by="backend_profile", default=[]),
+        providers=ArrayAgg("provider_id", distinct=True, order_by="provider_id", default=[]),
+        **status_counts,
     )
+    facets["status_counts"] = {status: facets.pop(status) for status in RunStatus.values}
+    truncated = scope.order_by()[FACET_WINDOW : FACET_WINDOW + 1].exists()
+    return facets, truncated
 
 
 def list_runs(
     *, scope: QuerySet[Run], filtered: QuerySet[Run], sort: str, page: int, page_size: int
 ) -> RunPage:
-    """A page of runs with the total, the facets, and each run's latest command and
-    runner job, in one query (seed `listRuns`). `filtered` is `scope` narrowed by the
-    filterset; `sort` is one of RUN_SORTS."""
+    """A page of runs with each run's latest command and runner job (seed `listRuns`), the
+    total (counted up to TOTAL_CAP) and the facets (over the FACET_WINDOW most recent runs
+    of `scope`). `filtered` is `scope` narrowed by the filterset; `sort` is one of
+    RUN_SORTS. Four bounded statements, none of which reads the scope's whole history."""
     offset = (page - 1) * page_size
+    if offset >= TOTAL_CAP:  # a deep offset walks (and discards) that many runs
+        raise invalid(
+            f"page: pages reach the first {TOTAL_CAP} runs; narrow the filters", field="page"
+        )
     latest_command = Command.objects.filter(run=OuterRef("pk")).order_by("-seq")
     latest_job = RunnerJob.objects.filter(run=OuterRef("pk")).order_by("-created_at", "-id")
-    rows: list[Any] = list(
+    rows: list[Run] = list(
         filtered.annotate(
-            total=Window(Count("*")),
-            # Uncorrelated, so PostgreSQL evaluates it once per query, not per row.
-            facets=Subquery(_facet_row(scope)[:1]),
             latest_command=Subquery(latest_command.values(json=_command_json())[:1]),
             latest_runner_job=Subquery(latest_job.values(json=_runner_job_json())[:1]),
         ).order_by(*RUN_SORTS[sort])[offset : offset + page_size]
     )
-    if rows:
-        total, facets = rows[0].total, rows[0].facets
-    else:  # a page past the end: the window saw no rows, ask for the two facts directly.
-        total = filtered.count()
-        facet_row = _facet_row(scope).order_by("grouping").first()
-        facets = facet_row["facets"] if facet_row else None
-    return RunPage(rows, total, facets or _empty_facets(), page, page_size)
-
-
-def _empty_facets() -> dict[str, Any]:
-    return {
-        "projects": [],
-        "workspaces": [],
-        "backends": [],
-        "providers": [],
-        "status_counts": dict.fromkeys(RunStatus.values, 0),
-    }
+    counted = filtered.order_by()[: TOTAL_CAP + 1].count()
+    facets, facets_truncated = _facets(scope)
+    return RunPage(
+        rows,
+        min(counted, TOTAL_CAP),
+        facets,
+        page,
+        page_size,
+        total_truncated=counted > TOTAL_CAP,
+        facets_truncated=facets_truncated,
+    )
 
 
 def events_page(*, run: Run, after_seq: int, limit: int) -> list[Event]:

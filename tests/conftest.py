@@ -41,3 +41,13 @@ def client_api(db: None) -> APIClient:
 @pytest.fixture
 def operator_api(db: None) -> APIClient:
     return builders.key_client(role="operator", tenant_id="ops")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttle_counters() -> Iterator[None]:
+    """Wrong-key counters live in the process's cache: one test's refusals must not
+    throttle the next test's requests (agentrun/throttle.py)."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield

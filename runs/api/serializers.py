@@ -9,7 +9,14 @@ from rest_framework import serializers
 
 from agentrun import conf
 from agentrun.pagination import SeqCursorQuery
-from agentrun.validation import KIB, MIB, BoundedJSONObjectField, IdField, StrictSerializer
+from agentrun.validation import (
+    KIB,
+    MIB,
+    BoundedJSONObjectField,
+    IdField,
+    ReservedIdField,
+    StrictSerializer,
+)
 from runs.models import (
     RUNNER_EVENT_TYPE_CHOICES,
     TERMINAL_RUN_STATUSES,
@@ -44,7 +51,7 @@ class WorkspaceRefIn(StrictSerializer):
 
 
 class SessionRefIn(StrictSerializer):
-    session_id = IdField()
+    session_id = ReservedIdField()
     conversation_id = IdField(required=False, allow_null=True)
     thread_id = IdField(required=False, allow_null=True)
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False)
@@ -58,7 +65,7 @@ class SessionRefIn(StrictSerializer):
 
 
 class RunCreateIn(StrictSerializer):
-    id = IdField(required=False)
+    id = ReservedIdField(required=False)
     tenant_id = IdField(required=False, help_text="Operator keys only; clients use their own.")
     project_id = IdField()
     workspace_ref = WorkspaceRefIn()
@@ -293,6 +300,12 @@ class RunPageOut(serializers.Serializer[Any]):
     page = serializers.IntegerField()
     page_size = serializers.IntegerField()
     facets = RunFacetsOut()
+    total_truncated = serializers.BooleanField(
+        help_text="`total` stopped counting at its cap (10,000 runs): narrow the filters."
+    )
+    facets_truncated = serializers.BooleanField(
+        help_text="`facets` describe the 1,000 most recently updated runs, not all of them."
+    )
 
 
 class DispatchIntentRefOut(serializers.Serializer[Any]):

@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
-from agentrun.errors import AgentRunError, stale_lease
+from agentrun.errors import AgentRunError, conflict, stale_lease
 from agentrun.ids import new_id
 from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
@@ -28,7 +28,12 @@ from outbox.cloudevents import partition_key_for
 from outbox.record import record_outbox_locked
 from runs.locks import lock_run
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
-from runs.services.fencing import late_write_payload, stale_claim_reason
+from runs.services.fencing import (
+    ended_run_reason,
+    late_write_payload,
+    refuses_output,
+    stale_claim_reason,
+)
 from sessions.projection import record_events_activity_locked
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
@@ -229,6 +234,19 @@ def fence_runner_write(
     )
 
 
+def _fence_ended_run(run: Run, *, runner_id: str, **refused: Any) -> AgentRunError | None:
+    """Record and return the 409 for output to a run that ended other than by a cancel."""
+    if not refuses_output(run):
+        return None
+    reason = ended_run_reason(run)
+    payload = late_write_payload(run, source="events", runner_id=runner_id, reason=reason)
+    append_event_locked(run=run, type="backend_status", payload=payload | refused)
+    log.warning("runner output after the run ended refused", extra={"run_id": run.id})
+    return conflict(
+        f"run {run.id}: {reason}", code="run_terminal", run_id=run.id, status=run.status
+    )
+
+
 def append_runner_events(
     *, run_id: str, runner_id: str, lease_epoch: int, events: list[NewEvent]
 ) -> list[Event]:
@@ -241,13 +259,10 @@ def append_runner_events(
     assert all(event.type in RUNNER_EVENT_TYPES for event in events)
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
+        refused = {"rejected_types": [event.type for event in events]}
         refusal = fence_runner_write(
-            run,
-            runner_id=runner_id,
-            lease_epoch=lease_epoch,
-            source="events",
-            rejected_types=[event.type for event in events],
-        )
+            run, runner_id=runner_id, lease_epoch=lease_epoch, source="events", **refused
+        ) or _fence_ended_run(run, runner_id=runner_id, **refused)
         appended = (
             [] if refusal else append_events_locked(run=run, events=events, runner_id=runner_id)
         )

@@ -5,7 +5,11 @@ Two fences (SPEC §2, §8):
   another epoch, or from a runner that does not hold the live claim, is stale and refused
   with 409 `stale_lease`, even when a zombie runner reuses its id;
 - cancellation: cancel is authoritative, so the claiming runner's later output and its
-  terminal report are kept as `backend_status {phase: late-write-rejected}` events.
+  terminal report are kept as `backend_status {phase: late-write-rejected}` events;
+- the end of a run: a completed, failed (by its runner or the reaper) or blocked run takes
+  no more output from any runner; the batch is refused with 409 `run_terminal` and kept as
+  a `late-write-rejected` event, and a terminal report that disagrees is recorded the same
+  way. Nothing a runner sends can appear after the run's `terminal_status`.
 
 Refusals are recorded as events so an operator sees what was refused and from whom.
 These helpers are pure: they decide and build payloads; the services write.
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.models import Run
+from runs.models import Run, RunStatus
 from runs.phases import Phase
 
 
@@ -34,6 +38,19 @@ def stale_claim_reason(run: Run, *, runner_id: str, lease_epoch: int) -> str | N
     if run.claimed_by != runner_id:
         return "the run is claimed by another runner"
     return None
+
+
+def ended_run_reason(run: Run) -> str:
+    """The reason recorded when a runner writes to a terminal run."""
+    if run.status == RunStatus.CANCELLED:
+        return "the run was cancelled"
+    return f"the run already ended ({run.status})"
+
+
+def refuses_output(run: Run) -> bool:
+    """Whether a runner's output batch to `run` is refused outright (409): the run ended
+    other than by a cancel, whose late output the seed keeps, marked, in the log."""
+    return run.is_terminal and run.status != RunStatus.CANCELLED
 
 
 def late_write_payload(

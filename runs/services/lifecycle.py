@@ -35,7 +35,7 @@ from runs.models import (
 )
 from runs.phases import Phase
 from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
-from runs.services.fencing import late_write_payload
+from runs.services.fencing import ended_run_reason, late_write_payload
 from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,
@@ -248,8 +248,9 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     """Terminalise a run with the runner's result (seed `finishRun`).
 
     Locks: the run row, then its commands. Finishing a terminal run changes nothing but
-    releases a leftover claim; if the run was cancelled and the report is not a cancel, a
-    `late-write-rejected` event records what was refused. Errors: 404; 409 `stale_lease`.
+    releases a leftover claim; a report that disagrees with how the run ended (cancelled,
+    failed by the reaper, …) is recorded as a `late-write-rejected` event.
+    Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
@@ -264,7 +265,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
         if refusal is None and run.is_terminal:
             release_claim_locked(run)
             intents.fence_open_intents_locked(run=run, reason="run is terminal")
-            if run.status == RunStatus.CANCELLED and result.terminal_status != RunStatus.CANCELLED:
+            if result.terminal_status != run.status:  # a report that disagrees is kept
                 append_event_locked(
                     run=run,
                     type="backend_status",
@@ -272,7 +273,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
                         run,
                         source="run-status",
                         runner_id=runner_id,
-                        reason="the run was cancelled",
+                        reason=ended_run_reason(run),
                         refused=result.as_payload(),
                     ),
                 )

@@ -6,7 +6,12 @@ from typing import Any
 
 from rest_framework import serializers
 
-from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
+from agentrun.validation import (
+    BoundedJSONObjectField,
+    IdField,
+    ReservedIdField,
+    StrictSerializer,
+)
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
     REF_MAX,
@@ -28,7 +33,7 @@ from sessions.turns import WHEN_BUSY
 class TurnRunIn(StrictSerializer):
     """A run spec without tenant (the key's) or session id (the URL's)."""
 
-    id = IdField(required=False)
+    id = ReservedIdField(required=False)
     project_id = IdField()
     workspace_ref = WorkspaceRefIn()
     provider_id = IdField()

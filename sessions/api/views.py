@@ -35,6 +35,7 @@ def _event_page(session_id: str, run_id: str | None, items: list[Any], after: in
 
 class SessionViewSet(api.ObjectViewSet):
     permission_classes = [IsClientOrOperator]
+    reserved_pk = True  # `PUT /sessions/{id}` and a turn on a free id create the session
 
     @extend_schema(parameters=[s.SessionListQuery], responses=s.SessionPageOut)
     def list(self, request: Request) -> Response:

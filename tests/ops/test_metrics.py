@@ -30,6 +30,12 @@ SECRET_TENANT = "tenant-secret-7f3a"
 OBJECT_ID = re.compile(r"\b(run|cmd|evt|rdi|obx|qt|rjob)_[0-9A-Z]{16,}")
 
 
+@pytest.fixture(autouse=True)
+def _backlog_read_per_scrape(settings: SettingsWrapper) -> None:
+    """These tests check the backlog right after making it: read it on every scrape."""
+    settings.AGENTRUN_METRICS_BACKLOG_REFRESH_S = 0
+
+
 def scrape(client: Client | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of `/metrics` (fetched without credentials), by name and labels."""
     response = (client or Client()).get("/metrics")

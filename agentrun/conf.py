@@ -216,3 +216,8 @@ def outbox_retention_days() -> int:
 
 def outbox_wake_on_commit() -> bool:
     return _bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT")
+
+
+def metrics_backlog_refresh_s() -> float:
+    """How stale `/metrics`' backlog gauges may be: one database read per interval."""
+    return float(settings.AGENTRUN_METRICS_BACKLOG_REFRESH_S)

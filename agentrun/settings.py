@@ -299,3 +299,8 @@ AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS = env_int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_CA
 AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS = env_int("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS", 7)
 # Off when only `relay_outbox --loop` relays (no Celery workers): commits then enqueue nothing.
 AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT = env_bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT", True)
+
+# /metrics: its backlog gauges are read from the database at most this often (ops/metrics.py).
+AGENTRUN_METRICS_BACKLOG_REFRESH_S = float(
+    os.environ.get("AGENTRUN_METRICS_BACKLOG_REFRESH_S") or 10
+)

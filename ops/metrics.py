@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
@@ -31,13 +30,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from agentrun import conf
 from agentrun.metrics import REGISTRY
 from dispatch.models import OPEN_INTENT_STATES
 from ops.status import collect_status
 
 
 def _refresh_s() -> float:
-    return float(getattr(settings, "AGENTRUN_METRICS_BACKLOG_REFRESH_S", 10))
+    return conf.metrics_backlog_refresh_s()
 
 
 class _BacklogReading:

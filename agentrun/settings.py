@@ -1,8 +1,11 @@
 """Settings, read from the environment.
 
 PostgreSQL is the only database (the design relies on SKIP LOCKED, advisory locks,
-LISTEN/NOTIFY, sequences and jsonb). With `DATABASE_URL` unset, an embedded PostgreSQL is
-started in `AGENTRUN_DATA_DIR` so that a fresh machine runs agentrun with no set-up.
+LISTEN/NOTIFY, sequences and jsonb). Importing this module starts nothing: with
+`DATABASE_URL` unset the database is a placeholder (`agentrun.unconfigured_db`) whose first
+connection fails with what to do, so `manage.py --help`, `check` and mypy need no server.
+`manage.py up`, `make run` and `make test` start the embedded PostgreSQL explicitly
+(`python -m agentrun.embedded_db exec -- COMMAND`), which then sets `DATABASE_URL`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from agentrun.celery_schedule import BEAT_SCHEDULE
-from agentrun.embedded_db import embedded_database_url
 from agentrun.task_queues import TASK_ROUTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -33,6 +35,11 @@ def env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value in (None, "") else float(value)
+
+
 DEBUG = env_bool("DEBUG", False)
 # `AGENTRUN_ENV=production` makes a missing SECRET_KEY a start-up error; anything else (the
 # default, `local`) keeps `make run` zero-config with a fallback key for local runs only.
@@ -48,9 +55,12 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h]
 
 AGENTRUN_DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / ".agentrun"))
-DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(AGENTRUN_DATA_DIR)
-AGENTRUN_DATABASE_EMBEDDED = not os.environ.get("DATABASE_URL")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+# Set by `agentrun.embedded_db exec` beside the DATABASE_URL it exports (banner, status).
+AGENTRUN_DATABASE_EMBEDDED = env_bool("AGENTRUN_DATABASE_EMBEDDED", False)
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "postgres:///", conn_max_age=60)}
+if not DATABASE_URL:
+    DATABASES["default"]["ENGINE"] = "agentrun.unconfigured_db"  # fails on first connection
 # Server-side limits for every connection of the app role (0 turns one off). Long-polls are
 # not affected: they wait outside any transaction, on an autocommit LISTEN connection, and a
 # wait for a notification is not a statement. The statement timeout bounds a runaway query
@@ -88,6 +98,7 @@ MIDDLEWARE = [
     "agentrun.metrics.RouteLatencyMiddleware",  # outermost: the latency a client sees
     "agentrun.middleware.LogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # /static/ in every mode (after security)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -121,6 +132,10 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = AGENTRUN_DATA_DIR / "static"
+# whitenoise serves STATIC_ROOT, which `manage.py up` fills (`collectstatic`) before its
+# server starts, as a production deployment does; the finders are its fallback, so a server
+# started without collectstatic still serves the admin's CSS and JS.
+WHITENOISE_USE_FINDERS = True
 # Event payloads may be up to 1 MiB and a batch carries many; the serializers enforce the
 # per-field limits, this only bounds one request body.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTRUN_MAX_REQUEST_BYTES", 16 * 1024 * 1024)
@@ -154,18 +169,23 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery: with no broker configured, a filesystem transport needs no service at all.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
-    _celery_dir = AGENTRUN_DATA_DIR / "celery"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_celery_dir / "queue"),
-        "data_folder_out": str(_celery_dir / "queue"),
-        "processed_folder": str(_celery_dir / "processed"),
-        "control_folder": str(_celery_dir / "control"),
-        # The worker polls the folder; a short interval keeps on-commit wake-ups prompt.
-        "polling_interval": 0.1,
-    }
+# Celery: with no broker configured, the broker is agentrun's own PostgreSQL (kombu's
+# SQLAlchemy transport, `agentrun.broker`): no service to run, no file-read race. Redis
+# (`redis://…`) and RabbitMQ (`amqp://…`) work with CELERY_BROKER_URL; their client
+# libraries are in requirements.txt.
+# `agentrun-sqla` is that transport's alias (registered by agentrun.celery).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
+    "agentrun-sqla+postgresql+psycopg://" + (DATABASE_URL or "postgres:///").partition("://")[2]
+)
+# How often an idle consumer on the database broker polls each queue; on-commit wake-ups
+# wait at most this long. 100 ms x 5 queues is 50 index reads a second per worker.
+AGENTRUN_BROKER_POLL_MS = env_int("AGENTRUN_BROKER_POLL_MS", 100)
+# Worker and beat heartbeats (ops.heartbeats): written every interval; `/readyz` is not
+# ready once the newest of either kind is older than the stale limit.
+AGENTRUN_HEARTBEAT_INTERVAL_S = env_float("AGENTRUN_HEARTBEAT_INTERVAL_S", 5.0)
+AGENTRUN_HEARTBEAT_STALE_S = env_float(
+    "AGENTRUN_HEARTBEAT_STALE_S", 2 * AGENTRUN_HEARTBEAT_INTERVAL_S
+)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
@@ -209,6 +229,7 @@ AGENTRUN_LEASE_REAP_GRACE_MS = env_int("AGENTRUN_LEASE_REAP_GRACE_MS", 5_000)
 AGENTRUN_RECONCILE_GRACE_MS = env_int("AGENTRUN_RECONCILE_GRACE_MS", 60_000)
 
 LOG_FORMAT = os.environ.get("AGENTRUN_LOG_FORMAT", "text")
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -227,7 +248,15 @@ LOGGING = {
             "formatter": "json" if LOG_FORMAT == "json" else "text",
         }
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Celery's own per-task lines (beat's "Sending due task", the worker's "received" and
+    # "succeeded") would be thousands an hour of idle ticks: below WARNING they show only
+    # with LOG_LEVEL=DEBUG. `agentrun.tasks` logs one line per batch instead: INFO when it
+    # did work, DEBUG when empty (agentrun.logs.log_task_result). Task errors stay ERROR.
+    "loggers": {
+        name: {"level": "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"}
+        for name in ("celery.beat", "celery.app.trace", "celery.worker.strategy")
+    },
 }
 
 # Sessions: `local` session storage lives under this root; gc_sessions deletes only there.

@@ -58,7 +58,9 @@ AGENTRUN_DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / ".agentr
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 # Set by `agentrun.embedded_db exec` beside the DATABASE_URL it exports (banner, status).
 AGENTRUN_DATABASE_EMBEDDED = env_bool("AGENTRUN_DATABASE_EMBEDDED", False)
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "postgres:///", conn_max_age=60)}
+# No persistent connections: under ASGI each request runs in a thread of its own, so a
+# kept connection per thread would pile up (Django says to disable them under ASGI).
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "postgres:///", conn_max_age=0)}
 if not DATABASE_URL:
     DATABASES["default"]["ENGINE"] = "agentrun.unconfigured_db"  # fails on first connection
 # Server-side limits for every connection of the app role (0 turns one off). Long-polls are

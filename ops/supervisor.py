@@ -97,8 +97,10 @@ class Supervisor:
             self._died(child, code, now)
 
     def _start(self, child: Child) -> None:
+        # libpq's PGAPPNAME: pg_stat_activity then says which child holds each connection.
+        env = {"PGAPPNAME": f"agentrun-{child.name}", **self.env}
         child.process = subprocess.Popen(
-            child.argv, env=self.env, process_group=0, preexec_fn=_die_with_parent
+            child.argv, env=env, process_group=0, preexec_fn=_die_with_parent
         )
         child.started_at = time.time()
         log.info("started %s (pid %d)", child.name, child.process.pid)

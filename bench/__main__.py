@@ -28,8 +28,9 @@ CELLS = {
     "8": "long_poll",
     "9": "turn_admission",
     "10": "growth",
+    "11": "broker",
 }
-ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10"]
+ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10", "11"]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -20,11 +20,13 @@ $(VENV)/.runner-installed: $(VENV)/.installed pyproject.toml
 
 venv: $(VENV)/.runner-installed
 
+# `up` starts the embedded PostgreSQL itself when DATABASE_URL is unset; the tests get it
+# from the same wrapper (which just runs the command when DATABASE_URL is set).
 run: venv
 	$(PY) manage.py up
 
 test: venv
-	$(PY) -m pytest
+	$(PY) -m agentrun.embedded_db exec -- $(PY) -m pytest
 
 lint: venv
 	$(PY) -m ruff check .

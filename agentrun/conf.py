@@ -221,3 +221,18 @@ def outbox_wake_on_commit() -> bool:
 def metrics_backlog_refresh_s() -> float:
     """How stale `/metrics`' backlog gauges may be: one database read per interval."""
     return float(settings.AGENTRUN_METRICS_BACKLOG_REFRESH_S)
+
+
+def broker_poll_ms() -> int:
+    """How often an idle consumer polls the database broker (agentrun/broker.py)."""
+    return _int("AGENTRUN_BROKER_POLL_MS")
+
+
+def heartbeat_interval_s() -> float:
+    """How often a worker and beat write their heartbeat (ops/heartbeats.py)."""
+    return float(settings.AGENTRUN_HEARTBEAT_INTERVAL_S)
+
+
+def heartbeat_stale_s() -> float:
+    """When a heartbeat counts as stale for /readyz."""
+    return float(settings.AGENTRUN_HEARTBEAT_STALE_S)

@@ -76,3 +76,22 @@ class RedactingTextFormatter(logging.Formatter):
 
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
+
+
+task_log = logging.getLogger("agentrun.tasks")
+
+
+def log_task_result(*, task: Any = None, retval: Any = None, state: str = "", **_: Any) -> None:
+    """Celery's `task_postrun`: one line per batch, INFO when it did work (a count above
+    zero), DEBUG when it found nothing, so an idle control plane logs nothing at INFO.
+    Failures are Celery's to log (ERROR, with the traceback)."""
+    if state != "SUCCESS" or task is None:
+        return
+    counts = retval if isinstance(retval, dict) else {}
+    did_work = any(
+        isinstance(v, int | float) and not isinstance(v, bool) and v for v in counts.values()
+    )
+    summary = " ".join(f"{key}={value}" for key, value in counts.items())
+    task_log.log(
+        logging.INFO if did_work else logging.DEBUG, "%s: %s", task.name, summary or retval
+    )

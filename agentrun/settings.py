@@ -1,8 +1,11 @@
 """Settings, read from the environment.
 
 PostgreSQL is the only database (the design relies on SKIP LOCKED, advisory locks,
-LISTEN/NOTIFY, sequences and jsonb). With `DATABASE_URL` unset, an embedded PostgreSQL is
-started in `AGENTRUN_DATA_DIR` so that a fresh machine runs agentrun with no set-up.
+LISTEN/NOTIFY, sequences and jsonb). Importing this module starts nothing: with
+`DATABASE_URL` unset the database is a placeholder (`agentrun.unconfigured_db`) whose first
+connection fails with what to do, so `manage.py --help`, `check` and mypy need no server.
+`manage.py up`, `make run` and `make test` start the embedded PostgreSQL explicitly
+(`python -m agentrun.embedded_db exec -- COMMAND`), which then sets `DATABASE_URL`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from agentrun.celery_schedule import BEAT_SCHEDULE
-from agentrun.embedded_db import embedded_database_url
 from agentrun.task_queues import TASK_ROUTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -33,6 +35,11 @@ def env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value in (None, "") else float(value)
+
+
 DEBUG = env_bool("DEBUG", False)
 # `AGENTRUN_ENV=production` makes a missing SECRET_KEY a start-up error; anything else (the
 # default, `local`) keeps `make run` zero-config with a fallback key for local runs only.
@@ -48,29 +55,35 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h]
 
 AGENTRUN_DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / ".agentrun"))
-DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(AGENTRUN_DATA_DIR)
-AGENTRUN_DATABASE_EMBEDDED = not os.environ.get("DATABASE_URL")
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+# Set by `agentrun.embedded_db exec` beside the DATABASE_URL it exports (banner, status).
+AGENTRUN_DATABASE_EMBEDDED = env_bool("AGENTRUN_DATABASE_EMBEDDED", False)
 # Connections come from a bounded pool per process (Django's native psycopg pool): a request
 # borrows one for its queries and gives it back at its end, so a process never holds more
 # than AGENTRUN_DB_POOL_SIZE (plus the one long-poll listener, runs/waiting.py), whatever the
 # number of requests or threads. A request that finds the pool empty waits up to
 # AGENTRUN_DB_POOL_TIMEOUT_S, then answers 503 `database_busy` with Retry-After
 # (agentrun/middleware.py). AGENTRUN_DB_POOL_SIZE=0 turns the pool off (a connection per
-# thread, closed at the end of each request).
+# request, closed at its end: no persistent connections, which pile up under ASGI).
 AGENTRUN_DB_POOL_SIZE = env_int("AGENTRUN_DB_POOL_SIZE", 10)
 AGENTRUN_DB_POOL_TIMEOUT_S = float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT_S") or 3)
 # Health checks: the pool tests a connection (one empty round trip) before lending it, so
 # one that the server closed while it sat idle (a restart, pg_terminate_backend) is replaced
 # instead of failing the request that drew it.
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+    "default": dj_database_url.parse(
+        DATABASE_URL or "postgres:///", conn_max_age=0, conn_health_checks=True
+    )
 }
 # How this process's connections show in pg_stat_activity (the listener names its own).
 DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get(
     "AGENTRUN_DB_APPLICATION_NAME", "agentrun"
 )
-if AGENTRUN_DB_POOL_SIZE > 0:
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+if not DATABASE_URL:
+    # Importing settings starts nothing: the first connection fails with a clear message.
+    DATABASES["default"]["ENGINE"] = "agentrun.unconfigured_db"
+elif AGENTRUN_DB_POOL_SIZE > 0:
+    DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": min(2, AGENTRUN_DB_POOL_SIZE),
         "max_size": AGENTRUN_DB_POOL_SIZE,
         "timeout": AGENTRUN_DB_POOL_TIMEOUT_S,
@@ -121,6 +134,7 @@ MIDDLEWARE = [
     "agentrun.middleware.LogContextMiddleware",
     "agentrun.middleware.JsonErrorMiddleware",  # the JSON envelope outside /admin/
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # /static/ in every mode (after security)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -154,6 +168,10 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = AGENTRUN_DATA_DIR / "static"
+# whitenoise serves STATIC_ROOT, which `manage.py up` fills (`collectstatic`) before its
+# server starts, as a production deployment does; the finders are its fallback, so a server
+# started without collectstatic still serves the admin's CSS and JS.
+WHITENOISE_USE_FINDERS = True
 # Event payloads may be up to 1 MiB and a batch carries many; the serializers enforce the
 # per-field limits, this only bounds one request body.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTRUN_MAX_REQUEST_BYTES", 16 * 1024 * 1024)
@@ -187,18 +205,23 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery: with no broker configured, a filesystem transport needs no service at all.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
-    _celery_dir = AGENTRUN_DATA_DIR / "celery"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_celery_dir / "queue"),
-        "data_folder_out": str(_celery_dir / "queue"),
-        "processed_folder": str(_celery_dir / "processed"),
-        "control_folder": str(_celery_dir / "control"),
-        # The worker polls the folder; a short interval keeps on-commit wake-ups prompt.
-        "polling_interval": 0.1,
-    }
+# Celery: with no broker configured, the broker is agentrun's own PostgreSQL (kombu's
+# SQLAlchemy transport, `agentrun.broker`): no service to run, no file-read race. Redis
+# (`redis://…`) and RabbitMQ (`amqp://…`) work with CELERY_BROKER_URL; their client
+# libraries are in requirements.txt.
+# `agentrun-sqla` is that transport's alias (registered by agentrun.celery).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
+    "agentrun-sqla+postgresql+psycopg://" + (DATABASE_URL or "postgres:///").partition("://")[2]
+)
+# How often an idle consumer on the database broker polls each queue; on-commit wake-ups
+# wait at most this long. 100 ms x 5 queues is 50 index reads a second per worker.
+AGENTRUN_BROKER_POLL_MS = env_int("AGENTRUN_BROKER_POLL_MS", 100)
+# Worker and beat heartbeats (ops.heartbeats): written every interval; `/readyz` is not
+# ready once the newest of either kind is older than the stale limit.
+AGENTRUN_HEARTBEAT_INTERVAL_S = env_float("AGENTRUN_HEARTBEAT_INTERVAL_S", 5.0)
+AGENTRUN_HEARTBEAT_STALE_S = env_float(
+    "AGENTRUN_HEARTBEAT_STALE_S", 2 * AGENTRUN_HEARTBEAT_INTERVAL_S
+)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
@@ -242,6 +265,7 @@ AGENTRUN_LEASE_REAP_GRACE_MS = env_int("AGENTRUN_LEASE_REAP_GRACE_MS", 5_000)
 AGENTRUN_RECONCILE_GRACE_MS = env_int("AGENTRUN_RECONCILE_GRACE_MS", 60_000)
 
 LOG_FORMAT = os.environ.get("AGENTRUN_LOG_FORMAT", "text")
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -260,7 +284,15 @@ LOGGING = {
             "formatter": "json" if LOG_FORMAT == "json" else "text",
         }
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Celery's own per-task lines (beat's "Sending due task", the worker's "received" and
+    # "succeeded") would be thousands an hour of idle ticks: below WARNING they show only
+    # with LOG_LEVEL=DEBUG. `agentrun.tasks` logs one line per batch instead: INFO when it
+    # did work, DEBUG when empty (agentrun.logs.log_task_result). Task errors stay ERROR.
+    "loggers": {
+        name: {"level": "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"}
+        for name in ("celery.beat", "celery.app.trace", "celery.worker.strategy")
+    },
 }
 
 # Sessions: `local` session storage lives under this root; gc_sessions deletes only there.

@@ -30,8 +30,9 @@ CELLS = {
     "10": "growth",
     "11": "server_load",
     "12": "run_list",
+    "13": "broker",
 }
-ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10", "11", "12"]
+ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10", "11", "12", "13"]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -25,6 +25,7 @@ from django.utils import timezone
 from agentrun import conf
 from dispatch.models import OPEN_INTENT_STATES, RunnerDispatchIntent
 from dispatch.selectors import dispatch_status
+from ops.heartbeats import liveness
 from outbox.models import KafkaEventOutbox
 from outbox.selectors import outbox_status
 from queues.models import QueueTask, TaskState
@@ -60,6 +61,7 @@ def collect_status(
         "runs": _runs(now),
         "sessions": {"running": _running_sessions()},
         "runners": _stale_runners(now, items, stale_after_s),
+        "processes": liveness(now=now),  # worker and beat heartbeats
     }
 
 
@@ -188,8 +190,18 @@ def status_text(status: dict[str, Any]) -> str:
         f"runners   stale (no heartbeat for {runners['stale_after_seconds']:g} s): "
         f"{runners['stale_count']}",
         *_items(runners["stale"], "id", "run_id", "backend_profile"),
+        *(_process_line(name, state) for name, state in status["processes"].items()),
     ]
     return "\n".join(lines)
+
+
+def _process_line(name: str, state: dict[str, Any]) -> str:
+    alive = "live" if state["ok"] else "NOT LIVE"
+    last = state["last_task_at"].isoformat() if state["last_task_at"] else "never"
+    return (
+        f"{name:<9} {alive}: {state['live_count']} live, last heartbeat "
+        f"{_seconds(state['age_seconds'])}, last task {last}"
+    )
 
 
 def _seconds(age: float | None) -> str:

@@ -1,7 +1,7 @@
 """End to end: the whole control plane as `make run` starts it, driven over HTTP.
 
-`manage.py up` runs as a real process (API server, Celery worker with beat on the
-filesystem broker, local launcher) against the test database; turns filed over HTTP are
+`manage.py up` runs as a real process (API server, Celery worker and beat on the
+database broker, local launcher) against the test database; turns filed over HTTP are
 dispatched to real runner subprocesses on the `scripted` backend.
 """
 

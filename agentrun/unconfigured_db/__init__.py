@@ -1,0 +1,1 @@
+"""The database backend in force while `DATABASE_URL` is unset (see `base`)."""

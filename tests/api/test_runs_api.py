@@ -9,9 +9,11 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agentrun.tenancy import Scope
+from ops.models import ProcessHeartbeat, ProcessKind
 from runs import selectors
 from runs.models import Event, Run
 from runs.services.cancellation import cancel_run
@@ -383,9 +385,24 @@ def test_backends_lists_the_seeded_profiles_with_capabilities_capacity_and_healt
 
 def test_healthz_and_readyz_answer_without_a_key() -> None:
     assert Client().get("/healthz").json() == {"status": "ok"}
+    # No worker or beat has a heartbeat yet: not ready, each check reported.
+    waiting = Client().get("/readyz")
+    assert waiting.status_code == 503
+    assert waiting.json()["error"]["details"]["failed"] == ["beat", "worker"]
+    now = timezone.now()
+    for name in (ProcessKind.WORKER, ProcessKind.BEAT):
+        ProcessHeartbeat.objects.create(
+            name=name, hostname="test", pid=1, started_at=now, beat_at=now
+        )
     ready = Client().get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "reachable": True, "migrations_applied": True}
+    checks = ready.json()["checks"]
+    assert {name for name, check in checks.items() if check["ok"]} == {
+        "database",
+        "migrations",
+        "worker",
+        "beat",
+    }
 
 
 def test_schema_is_an_openapi_3_document_of_the_runs_api() -> None:

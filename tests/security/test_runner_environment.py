@@ -140,7 +140,7 @@ def test_codex_starts_with_an_allow_listed_environment(
     env = codex_env(str(tmp_path / "home"), str(tmp_path))
     assert not {*SERVER_SECRETS, "DATABASE_URL", "AGENTRUN_RUNNER_KEY"} & set(env)
     assert set(env) <= {
-        *("PATH", "HOME", "LANG", "TZ", "TERM", "USER", "LOGNAME"),
+        *("PATH", "HOME", "LANG", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "SHLVL"),
         *(name for name in env if name.startswith("LC_")),
         *("CODEX_HOME", "TMPDIR", "NO_PROXY", "RUST_LOG"),
     }

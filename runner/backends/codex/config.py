@@ -37,7 +37,10 @@ from typing import Any
 
 DEFAULT_COMMAND = ["codex", "app-server", "--listen", "stdio://"]
 LOCAL_CODEX = Path(__file__).resolve().parents[3] / ".codex-cli" / "node_modules" / ".bin" / "codex"
-_ENV_NAMES = ("PATH", "HOME", "LANG", "TZ", "TERM", "USER", "LOGNAME")
+# The shell basics. SHLVL too: codex's tool shell sources the host's login profile, and
+# e.g. pyenv's init there tries a rehash (which the sandbox refuses, noisily) unless the
+# shell is nested.
+_ENV_NAMES = ("PATH", "HOME", "LANG", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "SHLVL")
 _DEFAULT_CONFIG = {"features.shell_snapshot": False, "analytics.enabled": False}
 _FORCED_CONFIG = {"features.plugins": False, "check_for_update_on_startup": False}
 

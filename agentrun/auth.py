@@ -4,18 +4,26 @@
 `ApiKey` itself (`request.auth`); `request.user` is a small `KeyPrincipal` so DRF's
 `is_authenticated` checks work without Django users. Tenant scoping is not done here but
 in the tenant gate (`agentrun.tenancy.Scope.of`), so that another tenant's object is a 404.
+
+A run-scoped runner key is handed to code the tenant controls (the agent can read it), so
+it lives no longer than its run: `revoke_run_keys_locked` runs in the run's terminal
+transaction, and every runner key expires `AGENTRUN_RUNNER_KEY_TTL_S` after it was issued.
+A revoked or expired key is a 401.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from django.db.models import Q
+from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from agentrun import throttle
+from agentrun import conf, throttle
 from agentrun.hashing import secret_digest
 from agentrun.ids import new_id
 from agentrun.models import ApiKey, ApiKeyRole
@@ -74,16 +82,27 @@ def issue_api_keys(*, requests: list[KeyRequest]) -> list[IssuedKey]:
 def _new_key(request: KeyRequest) -> IssuedKey:
     role = request.role
     secret = f"{KEY_PREFIX}_{role}_{secrets.token_urlsafe(32)}"
+    runner = role == ApiKeyRole.RUNNER
     api_key = ApiKey(
         id=new_id("key"),
         name=request.name,
         tenant_id=request.tenant_id,
         role=role,
-        run_id=request.run_id if role == ApiKeyRole.RUNNER else None,
+        run_id=request.run_id if runner else None,
         key_prefix=secret[: len(KEY_PREFIX) + len(role) + 8],
         key_digest=secret_digest(secret),
+        expires_at=timezone.now() + timedelta(seconds=conf.runner_key_ttl_s()) if runner else None,
     )
     return IssuedKey(api_key=api_key, secret=secret)
+
+
+def revoke_run_keys_locked(run_id: str) -> int:
+    """Revoke the runner keys of a run that has ended; returns how many. Called inside the
+    run's terminal transaction (under its run lock), so a key never outlives the commit
+    that ended its run."""
+    return ApiKey.objects.filter(
+        run_id=run_id, role=ApiKeyRole.RUNNER, revoked_at__isnull=True
+    ).update(revoked_at=timezone.now())
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -97,12 +116,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if scheme.lower() != "bearer" or not token.strip():
             raise exceptions.AuthenticationFailed("expected 'Authorization: Bearer <key>'")
         throttle.refuse_if_throttled(request)
+        live = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
         api_key = ApiKey.objects.filter(
-            key_digest=secret_digest(token.strip()), revoked_at__isnull=True
+            live, key_digest=secret_digest(token.strip()), revoked_at__isnull=True
         ).first()
         if api_key is None:
             throttle.record_key_failure(request)
-            raise exceptions.AuthenticationFailed("unknown or revoked API key")
+            raise exceptions.AuthenticationFailed("unknown, revoked or expired API key")
         return KeyPrincipal(api_key), api_key
 
     def authenticate_header(self, request: Request) -> str:

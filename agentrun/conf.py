@@ -13,6 +13,7 @@ does. A read costs an attribute lookup; nothing here is cached.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -236,3 +237,24 @@ def heartbeat_interval_s() -> float:
 def heartbeat_stale_s() -> float:
     """When a heartbeat counts as stale for /readyz."""
     return float(settings.AGENTRUN_HEARTBEAT_STALE_S)
+
+
+# Security (issue 16): launch profiles, runner environment, runner key lifetime.
+
+
+def launch_profiles() -> dict[str, dict[str, Any]]:
+    """Launch profile name → {launcher, image, namespace, service_account_name, …}, as the
+    operator configured them; `default` is always there (empty: the deployment's defaults)."""
+    configured = settings.AGENTRUN_LAUNCH_PROFILES
+    profiles = {str(name): dict(value) for name, value in configured.items()}
+    profiles.setdefault("default", {})
+    return profiles
+
+
+def runner_env_passthrough() -> list[str]:
+    """Names of server environment variables an operator lets through to local runners."""
+    return [str(name) for name in settings.AGENTRUN_RUNNER_ENV_PASSTHROUGH]
+
+
+def runner_key_ttl_s() -> int:
+    return _int("AGENTRUN_RUNNER_KEY_TTL_S")

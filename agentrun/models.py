@@ -27,6 +27,9 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Runner keys end with their run (revoked in its terminal transaction) and, at the
+    # latest, here; null = no expiry (client and operator keys).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "agentrun_api_keys"

@@ -336,3 +336,17 @@ AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT = env_bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_C
 AGENTRUN_METRICS_BACKLOG_REFRESH_S = float(
     os.environ.get("AGENTRUN_METRICS_BACKLOG_REFRESH_S") or 10
 )
+# Security (issue 16). Launch profiles are the only launch options a client can name
+# (`dispatch: {"launch_profile": NAME}`): name → {launcher, image, namespace,
+# service_account_name}; `default` (when not given: the default launcher) serves `{}`.
+AGENTRUN_LAUNCH_PROFILES = json.loads(os.environ.get("AGENTRUN_LAUNCH_PROFILES") or "{}")
+# Extra variable names the local launcher copies from the server's environment into a
+# runner's (comma-separated); everything else a runner gets is set explicitly.
+AGENTRUN_RUNNER_ENV_PASSTHROUGH = [
+    name.strip()
+    for name in os.environ.get("AGENTRUN_RUNNER_ENV_PASSTHROUGH", "").split(",")
+    if name.strip()
+]
+# A run-scoped runner key stops working this long after it was issued, even if its run is
+# still live (it is revoked at once when the run ends).
+AGENTRUN_RUNNER_KEY_TTL_S = env_int("AGENTRUN_RUNNER_KEY_TTL_S", 7 * 24 * 3600)

@@ -75,6 +75,8 @@ def configure() -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "agentrun.settings",
         "AGENTRUN_DATA_DIR": str(data_dir),
         "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+        # Intents name a launch profile, never a launcher (issue 16): `noop` is the bench's.
+        "AGENTRUN_LAUNCH_PROFILES": '{"noop": {"launcher": "noop"}}',
     }
     os.environ.update(env)
     if str(ROOT) not in sys.path:

@@ -148,7 +148,7 @@ def seed_intents(n: int, *, start: int = 0, profiles: int = 1) -> list[str]:
               input_hash, state, attempt_count, runner_job_id, next_attempt_at, created_at,
               updated_at)
             SELECT 'rdi_b' || k, 'run_b' || k, 'cmd_b' || k, 'runner-job',
-              '{"launcher": "noop"}', 'sha256:bench', 'pending', 0, 'rjob_b' || k,
+              '{"launch_profile": "noop"}', 'sha256:bench', 'pending', 0, 'rjob_b' || k,
               now(), now() + (i * interval '1 microsecond'), now()
             FROM g
             """,

@@ -11,6 +11,11 @@ creates or terminalises the command, under that service's run lock, so an intent
 command commit together and a terminal run never keeps an open intent. `intent_of` is the
 dispatch selector, named in `__all__` here because `runs` may read from dispatch only
 through this module (a replayed command checks its recorded request).
+
+`dispatch_request_errors` is what the API checks a client's `dispatch` object with: a
+client may at most name one of the operator's launch profiles (`{"launch_profile":
+"gpu"}`, or `{}` for `default`); launchers, images, namespaces and service accounts are
+the profile's, never the request's (issue 16 finding 2).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agentrun import conf
 from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
@@ -30,11 +36,33 @@ from dispatch.wakeup import wake_dispatcher
 from runs.models import Command, Run
 
 __all__ = [
+    "BUILT_IN_LAUNCHERS",
     "check_intent_replay",
+    "dispatch_request_errors",
     "fence_open_intents_locked",
     "intent_of",
     "record_intent_locked",
 ]
+
+BUILT_IN_LAUNCHERS = ("local", "kubernetes")
+
+
+def dispatch_request_errors(request: dict[str, Any]) -> dict[str, list[str]]:
+    """Key → why a client's `dispatch` object is refused; empty when it may be recorded."""
+    errors: dict[str, list[str]] = {
+        key: ["not a dispatch option; name a launch profile with launch_profile"]
+        for key in sorted(set(request) - {"launch_profile"})
+    }
+    name = request.get("launch_profile", "default")
+    profiles = conf.launch_profiles()
+    if not isinstance(name, str) or name not in profiles:
+        errors["launch_profile"] = [f"unknown launch profile {name!r}; known: {sorted(profiles)}"]
+        return errors
+    launcher = profiles[name].get("launcher") or conf.launcher()
+    if launcher not in {*BUILT_IN_LAUNCHERS, *conf.extra_launchers()}:
+        # An operator's mistake, but a 400 now beats five failed launch attempts later.
+        errors["launch_profile"] = [f"launch profile {name!r} names unknown launcher {launcher!r}"]
+    return errors
 
 
 def record_intent_locked(

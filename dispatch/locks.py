@@ -50,7 +50,7 @@ FROM due, agentrun_runs r
 WHERE i.id = due.id AND r.id = i.run_id
 RETURNING i.id, i.run_id, i.command_id, i.attempt_count, i.lease_owner, i.lease_expires_at,
           i.runner_job_id, i.input, i.next_attempt_at, i.created_at,
-          r.backend_profile, r.tenant_id,
+          r.backend_profile, r.tenant_id, r.session_ref->>'session_id' AS session_id,
           (SELECT b.capacity FROM agentrun_backends b WHERE b.profile = r.backend_profile)
             AS capacity
 """

@@ -83,8 +83,9 @@ class Runner:
                 deadline=self.lease_deadline,
             )
         except ApiError as error:
-            if error.code == "run_terminal":
-                log.info("run %s is already terminal; nothing to do", self.run_id)
+            if error.code == "run_terminal" or error.status == 401:
+                # A runner key is revoked when its run ends: nothing is left to do.
+                log.info("run %s is already terminal (%s); nothing to do", self.run_id, error)
                 return None
             raise
         self.fence.update(runner_id=self.runner_id, lease_epoch=run["lease_epoch"])
@@ -109,7 +110,7 @@ class Runner:
                     deadline=self.lease_deadline,
                 )
             except ApiError as error:
-                self.stop("lost-lease" if error.status == 409 else f"heartbeat: {error}")
+                self.stop(self._refusal(error))
                 return
             except ApiUnavailable:
                 self.stop("lost-api")
@@ -118,6 +119,13 @@ class Runner:
                 self.stop("cancelled" if run["status"] == "cancelled" else "run-terminal")
                 return
             self.lease_deadline = time.monotonic() + self.lease_ms / 1000
+
+    def _refusal(self, error: ApiError) -> str:
+        """Why a refused heartbeat stops the runner. A 401 means the key was revoked: while
+        our lease still held, the control plane ended the run (as a cancel does)."""
+        if error.status == 401:
+            return "lost-lease" if time.monotonic() > self.lease_deadline else "cancelled"
+        return "lost-lease" if error.status == 409 else f"heartbeat: {error}"
 
     def _finish(self, outcome: TurnOutcome | None) -> int:
         if self.stop_reason in ("lost-lease", "lost-api"):
@@ -129,7 +137,12 @@ class Runner:
                 {**self.fence, **_result(result)},
                 deadline=self.lease_deadline,
             )
-        except (ApiError, ApiUnavailable) as error:
+        except ApiError as error:
+            if error.status == 401 and self.stop_reason == "cancelled":
+                return EXIT_CANCELLED  # the run ended, and its key with it
+            log.warning("finishing run %s failed: %s", self.run_id, error)
+            return EXIT_LOST
+        except ApiUnavailable as error:
             log.warning("finishing run %s failed: %s", self.run_id, error)
             return EXIT_LOST
         return EXIT_CANCELLED if self.stop_reason == "cancelled" else EXIT_FINISHED

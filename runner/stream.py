@@ -9,6 +9,7 @@ delta. A post answered with `late-write-rejected` events means the run was cance
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,11 @@ class EventStream:
         with self._post_lock:
             self._flush_one()
 
+    def _refusal(self, error: ApiError) -> str:
+        if error.status == 401:  # the key was revoked: the run ended (while our lease held)
+            return "lost-lease" if time.monotonic() > self.deadline() else "cancelled"
+        return "lost-lease" if error.code == "stale_lease" else f"events: {error}"
+
     def _flush_one(self) -> None:
         with self._lock:
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
@@ -75,7 +81,7 @@ class EventStream:
                 self.path, {**self.fence, "events": batch}, deadline=self.deadline()
             )
         except ApiError as error:
-            self.on_stop("lost-lease" if error.code == "stale_lease" else f"events: {error}")
+            self.on_stop(self._refusal(error))
             return
         except ApiUnavailable:
             self.on_stop("lost-api")

@@ -285,6 +285,9 @@ class Backend(models.Model):
     capabilities = models.JSONField()
     capacity = models.JSONField()
     health = models.JSONField()
+    # Operator-set: the most a client's execution policy may ask for on this profile
+    # (`runs.policy`: sandbox, approval_policy, approvals); {} = the defaults.
+    policy_ceiling = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -1,7 +1,7 @@
 """Cell 3: draining dispatch intents, against PgQueuer, Procrastinate and raw SQL.
 
 agentrun: n pending dispatch intents (each with its pending run and `turn` command, on
-an unlimited bench backend profile, `{"launcher": "noop"}`), drained by 2 worker processes
+an unlimited bench backend profile, `{"launch_profile": "noop"}`), drained by 2 worker processes
 x N threads (N = 4, 16), each thread looping `dispatch.services.launch.dispatch_batch`
 (batch 10) with a launcher that starts nothing. Per intent that is the real path: SKIP
 LOCKED claim, the per-profile runner-create fence and capacity count, a run-scoped runner

@@ -1,10 +1,12 @@
 """Launchers: how a dispatch intent becomes a running runner job.
 
 `local` (default) starts the reference runner as a subprocess; `kubernetes` creates a
-batch/v1 Job. An intent picks one with its `launcher` key; otherwise
-`AGENTRUN_LAUNCHER` decides. A deployment adds another kind with
-`AGENTRUN_EXTRA_LAUNCHERS` (`name=dotted.path.Class`); callers (tests) may also pass their
-own mapping to the dispatch step.
+batch/v1 Job. Which one, and with which image, namespace and service account, is the
+operator's launch profile (`AGENTRUN_LAUNCH_PROFILES`); an intent only names a profile
+(`launch_profile`, else `default`), and a profile without a `launcher` takes
+`AGENTRUN_LAUNCHER`. Any other key an older intent recorded is ignored. A deployment adds
+another kind with `AGENTRUN_EXTRA_LAUNCHERS` (`name=dotted.path.Class`); callers (tests)
+may also pass their own mapping to the dispatch step.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from agentrun import conf
-from dispatch.launchers.base import JobState, Launched, Launcher, LaunchError, LaunchRequest
+from dispatch.launchers.base import (
+    JobState,
+    Launched,
+    Launcher,
+    LaunchError,
+    LaunchRequest,
+    launch_profile,
+)
 from dispatch.launchers.kubernetes import KubernetesLauncher
 from dispatch.launchers.local import LocalLauncher
 
@@ -27,6 +36,7 @@ __all__ = [
     "Launched",
     "Launcher",
     "default_launchers",
+    "launch_profile",
     "launcher_for",
 ]
 
@@ -46,9 +56,9 @@ def default_launchers() -> dict[str, Launcher]:
 
 
 def launcher_for(options: Mapping[str, Any], launchers: Mapping[str, Launcher]) -> Launcher:
-    """The launcher an intent asks for (`options["launcher"]`), else the deployment's.
-    Errors: `LaunchError` naming an unknown launcher (so the intent fails, visibly)."""
-    name = options.get("launcher") or conf.launcher()
+    """The launcher of the launch profile an intent names, else the deployment's.
+    Errors: `LaunchError` naming an unknown profile or launcher (the intent fails, visibly)."""
+    name = launch_profile(options).get("launcher") or conf.launcher()
     launcher = launchers.get(str(name))
     if launcher is None:
         raise LaunchError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentrun import conf
 from runs.models import RunnerJob
 
 
@@ -24,6 +25,16 @@ class LaunchError(Exception):
 
     def as_json(self) -> dict[str, Any]:
         return {"message": self.message, "reason": self.reason, **self.details}
+
+
+def launch_profile(options: dict[str, Any] | Any) -> dict[str, Any]:
+    """The operator's launch profile an intent's `dispatch` object names (`default` when it
+    names none). Errors: `LaunchError` for a profile the operator has since removed."""
+    name = options.get("launch_profile") or "default"
+    profiles = conf.launch_profiles()
+    if name not in profiles:
+        raise LaunchError(f"unknown launch profile {name!r}", reason="unknown-launch-profile")
+    return profiles[name]
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,12 @@ class LaunchRequest:
     runner_key: str
     api_url: str
     options: dict[str, Any] = field(default_factory=dict)  # the command's `dispatch` object
+    session_id: str | None = None  # the run's session: its Codex home outlives the run
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        """The launch profile (operator settings) this request names."""
+        return launch_profile(self.options)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ names it. The Job name comes from the intent's planned runner job id, so it is s
 across attempts and a launch is idempotent by name: a 409 on create means an earlier
 attempt already created it, which is recorded as outcome `existing`. The run-scoped
 runner key goes into a Secret of the same name, referenced from the pod's environment,
-so it never appears in the Job spec. The container runs `python -m runner run --run ID`,
-which loads no Django, so a runner pod needs no database and no server settings.
+so it never appears in the Job spec. Image, namespace and service account come from the
+operator's launch profile (`LaunchRequest.profile`), never from a client. The container
+runs `python -m runner run --run ID`, which loads no Django, so a runner pod needs no
+database and no server settings.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def job_name(runner_job_id: str) -> str:
 
 def job_manifest(request: LaunchRequest, *, name: str, namespace: str) -> dict[str, Any]:
     """The batch/v1 Job: one pod, never restarted (the dispatcher owns retries)."""
-    options = request.options
+    profile = request.profile
     labels = {
         "app.kubernetes.io/name": "agentrun-runner",
         "agentrun/run-id": request.run_id,
@@ -50,14 +52,14 @@ def job_manifest(request: LaunchRequest, *, name: str, namespace: str) -> dict[s
     ]
     container = {
         "name": "runner",
-        "image": options.get("image") or conf.runner_image(),
+        "image": profile.get("image") or conf.runner_image(),
         # The runner alone (no Django, no database): the image needs only `pip install .`.
         "args": ["python", "-m", "runner", "run", "--run", request.run_id],
         "env": env,
     }
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    if options.get("service_account_name"):
-        pod_spec["serviceAccountName"] = options["service_account_name"]
+    if profile.get("service_account_name"):
+        pod_spec["serviceAccountName"] = profile["service_account_name"]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -119,7 +121,8 @@ class KubernetesLauncher:
         """Create (or find) the Secret and the Job. Errors: `LaunchError`."""
         batch, core, errors = self._apis()
         name = job_name(request.runner_job_id)
-        namespace = request.options.get("namespace") or conf.kubernetes_namespace()
+        profile = request.profile
+        namespace = profile.get("namespace") or conf.kubernetes_namespace()
         try:
             self._put_secret(core, errors, secret_manifest(request, name=name, namespace=namespace))
             outcome = self._create_job(
@@ -127,7 +130,7 @@ class KubernetesLauncher:
             )
         except errors as error:
             raise LaunchError(f"kubernetes: {error}", job_name=name) from error
-        image = request.options.get("image") or conf.runner_image()
+        image = profile.get("image") or conf.runner_image()
         return Launched(
             launcher=self.name,
             job_name=name,
@@ -137,7 +140,7 @@ class KubernetesLauncher:
             runner_id=request.runner_id,
             source_commit=conf.source_commit(),
             outcome=outcome,
-            details={"service_account_name": request.options.get("service_account_name")},
+            details={"service_account_name": profile.get("service_account_name")},
         )
 
     @staticmethod

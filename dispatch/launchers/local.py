@@ -7,15 +7,24 @@ installed. The runner loads no Django: it needs neither the server's settings no
 database (with `DATABASE_URL` unset, `manage.py runner` would start an embedded PostgreSQL
 in every runner). It runs in its own session and process group, so a worker's exit or
 Ctrl-C does not take the runner with it and `abort` can stop the whole group. The runner
-gets `AGENTRUN_API_URL` and a run-scoped `AGENTRUN_RUNNER_KEY` in its environment (never on
-its command line, which `ps` shows), and writes stdout and stderr to
-`AGENTRUN_DATA_DIR/runner-logs/<runner job id>.log`.
+writes stdout and stderr to `AGENTRUN_DATA_DIR/runner-logs/<runner job id>.log`.
+
+The runner's environment is built from nothing (issue 16 finding 3), never copied from
+the server's: any process of the agent can read its parent's environment, and the
+server's holds `DATABASE_URL`, `SECRET_KEY` and the broker's credentials. It gets
+`AGENTRUN_API_URL`, the run-scoped `AGENTRUN_RUNNER_KEY` (never on its command line,
+which `ps` shows), the ids, `PATH`, `HOME`, the locale and `TZ`, the runner's own
+`AGENTRUN_CODEX_*` settings, `CODEX_HOME` (one per session, see `codex_home`), and the
+variables the operator names in `AGENTRUN_RUNNER_ENV_PASSTHROUGH`. The local launcher is
+not an isolation boundary: the runner still runs as the server's user on its machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -40,6 +49,54 @@ def runner_command(run_id: str) -> list[str]:
     values = {"run_id": run_id, "python": sys.executable, "manage_py": manage_py}
     argv = [word.format(**values) for word in words]
     return argv if any("{run_id}" in word for word in words) else [*argv, "--run", run_id]
+
+
+# Copied from the server's environment when set: the basics every process expects, and the
+# runner's own settings for its Codex backend (operator configuration, not secrets).
+_BASE_NAMES = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")
+_RUNNER_SETTINGS = (
+    "AGENTRUN_CODEX_COMMAND",
+    "AGENTRUN_CODEX_CONFIG",
+    "AGENTRUN_CODEX_ENV_PASSTHROUGH",
+)
+_SAFE_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def runner_env(request: LaunchRequest, *, codex_home: Path) -> dict[str, str]:
+    """The runner's whole environment: an allow-list, never a copy of the server's."""
+    names = {*_BASE_NAMES, *_RUNNER_SETTINGS, *conf.runner_env_passthrough()}
+    env = {
+        name: value for name, value in os.environ.items() if name in names or name.startswith("LC_")
+    }
+    env.update(
+        AGENTRUN_API_URL=request.api_url,
+        AGENTRUN_RUNNER_KEY=request.runner_key,
+        AGENTRUN_RUN_ID=request.run_id,
+        AGENTRUN_COMMAND_ID=request.command_id,
+        AGENTRUN_RUNNER_ID=request.runner_id,
+        AGENTRUN_RUNNER_JOB_ID=request.runner_job_id,
+        CODEX_HOME=str(codex_home),
+    )
+    return env
+
+
+def _segment(value: str) -> str:
+    """An id as one directory name: itself when it is a safe word, else a digest of it."""
+    if _SAFE_SEGMENT.fullmatch(value) and value not in (".", ".."):
+        return value
+    return "h-" + hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+def codex_home(request: LaunchRequest) -> Path:
+    """`AGENTRUN_DATA_DIR/codex-homes/<tenant>/<session or run id>`, each level created
+    0700: a session's runs share a home (the next run resumes the thread), tenants never."""
+    path = conf.data_dir() / "codex-homes"
+    for part in (request.tenant_id, request.session_id or request.run_id):
+        path = path / _segment(part)
+    for level in (path.parent.parent, path.parent, path):
+        level.mkdir(mode=0o700, parents=True, exist_ok=True)
+        level.chmod(0o700)  # mkdir's mode is masked by the umask
+    return path
 
 
 def _process_start_ticks(pid: int) -> str | None:
@@ -76,7 +133,8 @@ class LocalLauncher:
         argv = runner_command(request.run_id)
         try:
             log_dir.mkdir(parents=True, exist_ok=True)
-            process = _spawn(argv, env=self._env(request), log_path=log_path)
+            env = runner_env(request, codex_home=codex_home(request))
+            process = _spawn(argv, env=env, log_path=log_path)
         except OSError as error:
             raise LaunchError(f"could not start {argv[0]}: {error}", argv=argv) from error
         # Reap the child when it exits so it does not linger as a zombie of the worker.
@@ -96,20 +154,6 @@ class LocalLauncher:
                 "argv": argv,
             },
         )
-
-    def _env(self, request: LaunchRequest) -> dict[str, str]:
-        return {
-            **os.environ,
-            "AGENTRUN_API_URL": request.api_url,
-            "AGENTRUN_RUNNER_KEY": request.runner_key,
-            "AGENTRUN_RUN_ID": request.run_id,
-            "AGENTRUN_COMMAND_ID": request.command_id,
-            "AGENTRUN_RUNNER_ID": request.runner_id,
-            "AGENTRUN_RUNNER_JOB_ID": request.runner_job_id,
-            # One Codex home for every local run, so a session's next run resumes its thread.
-            "AGENTRUN_CODEX_HOME": os.environ.get("AGENTRUN_CODEX_HOME")
-            or str(conf.data_dir() / "codex-home"),
-        }
 
     def abort(self, launched: Launched) -> None:
         """SIGTERM the runner's process group, if it is still the process we started."""

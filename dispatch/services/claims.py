@@ -56,6 +56,7 @@ class IntentClaim:
     options: dict[str, Any] = field(default_factory=dict)
     # The profile's `max_concurrent_runs` when the intent was claimed (None: no limit).
     capacity_limit: int | None = None
+    session_id: str | None = None  # the run's session, for its Codex home
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> IntentClaim:
@@ -70,6 +71,7 @@ class IntentClaim:
             tenant_id=row["tenant_id"],
             options=_json_object(row["input"]),
             capacity_limit=capacity_limit(_json_object(row.get("capacity"))),
+            session_id=row.get("session_id"),
         )
 
     @property

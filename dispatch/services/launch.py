@@ -215,6 +215,7 @@ def _request(claim: IntentClaim, secret: str) -> LaunchRequest:
         runner_key=secret,
         api_url=conf.api_url(),
         options=claim.options,
+        session_id=claim.session_id,
     )
 
 

@@ -11,8 +11,15 @@ from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerialize
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
 from queues.selectors import is_unread
 from queues.services.tasks import TaskSpec
-from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, SessionRefIn, WorkspaceRefIn
+from runs.api.serializers import (
+    COMMAND_PAYLOAD_MAX,
+    REF_MAX,
+    SessionRefIn,
+    WorkspaceRefIn,
+    check_dispatch,
+)
 from runs.models import FailureKind
+from runs.policy import check_execution_policy
 
 MAX_PRIORITY = 1_000_000
 MAX_REFERENCES = 100
@@ -58,6 +65,15 @@ class TaskCreateIn(StrictSerializer):
     dispatch = BoundedJSONObjectField(
         max_bytes=REF_MAX, required=False, allow_null=True, default=dict
     )
+
+    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_dispatch(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        check_execution_policy(
+            attrs.get("execution_policy"), backend_profile=attrs["backend_profile"]
+        )
+        return attrs
 
     def spec(self) -> TaskSpec:
         data = {k: v for k, v in self.validated_data.items() if k != "tenant_id"}

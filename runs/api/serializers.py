@@ -17,6 +17,7 @@ from agentrun.validation import (
     ReservedIdField,
     StrictSerializer,
 )
+from dispatch.intents import dispatch_request_errors
 from runs.models import (
     RUNNER_EVENT_TYPE_CHOICES,
     TERMINAL_RUN_STATUSES,
@@ -31,6 +32,7 @@ from runs.models import (
     RunnerJob,
     RunStatus,
 )
+from runs.policy import check_execution_policy
 from runs.services.event_log import NewEvent
 from runs.services.lifecycle import RunSpec
 from runs.services.terminal import TurnResult
@@ -41,6 +43,8 @@ REF_MAX = 64 * KIB
 MAX_EVENTS_PER_BATCH = 500
 # In the enum's order, so the OpenAPI document lists them as before.
 TERMINAL_STATUS_CHOICES = [status.value for status in RunStatus if status in TERMINAL_RUN_STATUSES]
+# What a local launch records about the host; shown to operators only (issue 16 finding 3).
+HOST_RESULT_KEYS = frozenset({"pid", "process_start", "log_path", "argv"})
 
 
 # ---- input ---------------------------------------------------------------------------
@@ -51,9 +55,11 @@ class WorkspaceRefIn(StrictSerializer):
 
 
 class SessionRefIn(StrictSerializer):
+    """No `thread_id`: the server records the thread from the backend's reports, so a
+    client cannot point its session at another tenant's thread (issue 16 finding 4)."""
+
     session_id = ReservedIdField()
     conversation_id = IdField(required=False, allow_null=True)
-    thread_id = IdField(required=False, allow_null=True)
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
@@ -75,6 +81,12 @@ class RunCreateIn(StrictSerializer):
     session_ref = SessionRefIn(required=False, allow_null=True)
     resource_bundle_ref = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, allow_null=True)
     trace_sink = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, allow_null=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        check_execution_policy(
+            attrs.get("execution_policy"), backend_profile=attrs["backend_profile"]
+        )
+        return attrs
 
     def spec(self) -> RunSpec:
         data = self.validated_data
@@ -103,9 +115,12 @@ class CommandCreateIn(StrictSerializer):
         required=False,
         allow_null=True,
         default=None,
-        help_text="Launch a runner for this command: {} for the default launcher, or "
-        "{launcher, image, namespace, …}. Omit or null for none.",
+        help_text="Launch a runner for this command: {} for the default launch profile, or "
+        '{"launch_profile": NAME} for one the operator defined. Omit or null for none.',
     )
+
+    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_dispatch(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         text = attrs.get("payload", {}).get("text")
@@ -114,6 +129,14 @@ class CommandCreateIn(StrictSerializer):
                 {"payload": [f"payload.text must be a non-empty string for a {attrs['type']}"]}
             )
         return attrs
+
+
+def check_dispatch(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A client's `dispatch` names at most a launch profile; a 400 names any other key."""
+    errors = dispatch_request_errors(value) if value is not None else {}
+    if errors:
+        raise serializers.ValidationError(errors)
+    return value
 
 
 class RunnerWriteIn(StrictSerializer):
@@ -278,12 +301,26 @@ class RunOut(serializers.ModelSerializer[Run]):
         ]
 
 
+def without_host_details(result: Any) -> Any:
+    """A runner job's result as a tenant may see it: no pid, paths or argv of the host."""
+    if not isinstance(result, dict):
+        return result
+    return {key: value for key, value in result.items() if key not in HOST_RESULT_KEYS}
+
+
 class RunListItemOut(RunOut):
     latest_command = serializers.JSONField(read_only=True, allow_null=True)
-    latest_runner_job = serializers.JSONField(read_only=True, allow_null=True)
+    latest_runner_job = serializers.SerializerMethodField()
 
     class Meta(RunOut.Meta):
         fields = [*RunOut.Meta.fields, "latest_command", "latest_runner_job"]
+
+    @extend_schema_field(serializers.JSONField(allow_null=True))
+    def get_latest_runner_job(self, run: Any) -> Any:
+        job = getattr(run, "latest_runner_job", None)
+        if isinstance(job, dict) and "result" in job:
+            return {**job, "result": without_host_details(job["result"])}
+        return job
 
 
 class RunFacetsOut(serializers.Serializer[Any]):
@@ -398,8 +435,16 @@ class CancelReceiptOut(serializers.Serializer[Any]):
 
 
 class RunnerJobOut(serializers.ModelSerializer[RunnerJob]):
+    """`result` without the host's details unless the context says `operator`."""
+
     run_id = serializers.CharField(read_only=True)
     command_id = serializers.CharField(read_only=True)
+
+    def to_representation(self, instance: RunnerJob) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        if not self.context.get("operator"):
+            data["result"] = without_host_details(data.get("result"))
+        return data
 
     class Meta:
         model = RunnerJob

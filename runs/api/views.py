@@ -281,7 +281,8 @@ class RunViewSet(api.ObjectViewSet):
         if request.method == "GET":
             query = api.query(s.RunnerJobsQuery, request)
             items = selectors.runner_jobs_for(run=run, command_id=query.get("command_id"))
-            return Response({"items": s.RunnerJobOut(items, many=True).data})
+            operator = {"operator": request_key(request).is_operator}
+            return Response({"items": s.RunnerJobOut(items, many=True, context=operator).data})
         data = dict(api.body(s.RunnerJobIn, request).validated_data)
         key = data.pop("idempotency_key", None)
         result = runners.save_runner_job(

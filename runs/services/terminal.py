@@ -4,10 +4,10 @@ keep the backend thread a runner reported.
 Every path that ends a run goes through `terminalize_run_locked` (a runner's finish, a
 cancel, the lease reaper, the retention fence, a dispatch that gave up): it sets the
 terminal status, releases the claim and deletes the lease row, fences the run's open
-dispatch intents, projects the run onto its session and its queue task, and records
-`terminal_status`. Each helper needs the caller's transaction and run lock; each takes
-the caller's `PendingEvents` when the caller collects its events, and appends its own
-otherwise.
+dispatch intents, revokes the run's runner keys, projects the run onto its session and
+its queue task, and records `terminal_status`. Each helper needs the caller's transaction
+and run lock; each takes the caller's `PendingEvents` when the caller collects its events,
+and appends its own otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from agentrun.auth import revoke_run_keys_locked
 from agentrun.redaction import redact_text
 from dispatch import intents
 from queues import projection as queue_projection
@@ -103,6 +104,7 @@ def terminalize_run_locked(
         _save_terminal_status(run, result=result)
         Lease.objects.filter(run=run).delete()
         intents.fence_open_intents_locked(run=run, reason=f"run terminalized as {run.status}")
+        revoke_run_keys_locked(run.id)  # the agent saw its key: it ends with the run
         projection.project_run_terminal_locked(run, session=session)
         events.add(
             run,

@@ -20,7 +20,9 @@ from runs.api.serializers import (
     EventOut,
     RunOut,
     WorkspaceRefIn,
+    check_dispatch,
 )
+from runs.policy import check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
 from sessions.selectors import SESSION_STATES, is_unread
@@ -45,6 +47,12 @@ class TurnRunIn(StrictSerializer):
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        check_execution_policy(
+            attrs.get("execution_policy"), backend_profile=attrs["backend_profile"]
+        )
+        return attrs
+
 
 class TurnCommandIn(StrictSerializer):
     payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX)
@@ -53,6 +61,9 @@ class TurnCommandIn(StrictSerializer):
     dispatch = BoundedJSONObjectField(
         max_bytes=REF_MAX, required=False, allow_null=True, default=dict
     )
+
+    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_dispatch(value)
 
     def validate_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(payload.get("text"), str) or not payload["text"]:
@@ -101,11 +112,13 @@ class SessionCancelIn(StrictSerializer):
 
 
 class SessionUpsertIn(StrictSerializer):
+    """No `thread_id`: it is recorded by the server from the backend's reports, never taken
+    from a client (another tenant's thread id would resume that tenant's conversation)."""
+
     tenant_id = IdField(required=False, help_text="Operator keys only.")
     project_id = IdField()
     backend_profile = IdField()
     conversation_id = IdField(required=False, allow_null=True)
-    thread_id = IdField(required=False, allow_null=True)
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     codex_rollout_subdir = serializers.CharField(max_length=200, required=False, default="sessions")

@@ -30,7 +30,7 @@ class SessionFields:
     project_id: str
     backend_profile: str
     conversation_id: str | None = None
-    thread_id: str | None = None
+    # No thread_id: the server records it from the backend's reports (issue 16 finding 4).
     metadata: dict[str, Any] | None = None
     expires_at: datetime | None = None
     codex_rollout_subdir: str = "sessions"

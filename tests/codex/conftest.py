@@ -67,25 +67,26 @@ def _needs_codex_and_netns() -> None:
         pytest.skip(SKIP_REASON)
 
 
+# The operator's codex configuration (AGENTRUN_CODEX_CONFIG): the provider is theirs to
+# choose, never a client's.
+MOCK_PROVIDER_CONFIG: dict[str, Any] = {
+    "model_provider": "mock",
+    "model_providers": {
+        "mock": {
+            "name": "Loopback mock",
+            "base_url": f"http://127.0.0.1:{MOCK_PORT}/v1",
+            "wire_api": "responses",
+            "request_max_retries": 0,
+            "stream_max_retries": 0,
+            "stream_idle_timeout_ms": 30000,
+        }
+    },
+}
+
+
 def mock_policy(**overrides: Any) -> dict[str, Any]:
-    """An execution policy pointing codex at the mock inside its namespace."""
-    policy: dict[str, Any] = {
-        "model": "mock-model",
-        "model_provider": "mock",
-        "sandbox": "read-only",
-        "codex_config": {
-            "model_providers": {
-                "mock": {
-                    "name": "Loopback mock",
-                    "base_url": f"http://127.0.0.1:{MOCK_PORT}/v1",
-                    "wire_api": "responses",
-                    "request_max_retries": 0,
-                    "stream_max_retries": 0,
-                    "stream_idle_timeout_ms": 30000,
-                }
-            }
-        },
-    }
+    """An execution policy a client may send: per-turn choices only."""
+    policy: dict[str, Any] = {"model": "mock-model", "sandbox": "read-only"}
     policy.update(overrides)
     return policy
 
@@ -137,6 +138,8 @@ def codex(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
         "stdio://",
     ]
     monkeypatch.setenv("AGENTRUN_CODEX_COMMAND", json.dumps(command))
+    monkeypatch.setenv("AGENTRUN_CODEX_CONFIG", json.dumps(MOCK_PROVIDER_CONFIG))
+    monkeypatch.delenv("CODEX_HOME", raising=False)
     monkeypatch.delenv("AGENTRUN_CODEX_HOME", raising=False)
     yield Harness(tmp_path, dump, workspace)
     _assert_nothing_left(str(tmp_path))

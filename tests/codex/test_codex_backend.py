@@ -6,6 +6,7 @@ records the events. No database is involved.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from runner.backends.base import TurnInput, TurnOutcome
 from runner.backends.codex import CodexBackend
 from runner.backends.codex.config import codex_argv, codex_env, toml_value
-from tests.codex.conftest import Harness, Recorder
+from tests.codex.conftest import MOCK_PROVIDER_CONFIG, Harness, Recorder
 
 
 def turn(text: str, thread_id: str | None = None, command_id: str = "cmd-1") -> TurnInput:
@@ -191,10 +192,13 @@ def test_a_failing_model_fails_the_turn_with_its_error(codex: Harness):
 
 
 def test_a_codex_that_dies_at_start_up_fails_the_turn_as_infra_with_its_stderr(
-    codex: Harness,
+    codex: Harness, monkeypatch: pytest.MonkeyPatch
 ):
     # "untrusted" is rejected at start-up by 0.169: app-server exits rc=1 before answering.
-    backend = CodexBackend(codex.run(codex_config={"approval_policy": "untrusted"}))
+    # (An operator's mistake: a client cannot send codex configuration at all.)
+    config = {**MOCK_PROVIDER_CONFIG, "approval_policy": "untrusted"}
+    monkeypatch.setenv("AGENTRUN_CODEX_CONFIG", json.dumps(config))
+    backend = CodexBackend(codex.run())
     started = time.monotonic()
     try:
         outcome, events = run_one(backend, "hello")
@@ -225,24 +229,23 @@ def test_codex_gets_neither_the_runner_credentials_nor_host_model_settings(
     for name in ("AGENTRUN_RUNNER_KEY", "OPENAI_API_KEY", "CODEX_HOME", "https_proxy"):
         monkeypatch.setenv(name, "leak")
     monkeypatch.setenv("DATABASE_URL", "postgres://secret@db/x")
+    monkeypatch.setenv("PROVIDER_KEY", "sk-for-codex")
+    monkeypatch.setenv("AGENTRUN_CODEX_ENV_PASSTHROUGH", "PROVIDER_KEY")
     env = codex_env(str(tmp_path / "home"), str(tmp_path))
     assert env["CODEX_HOME"] == str(tmp_path / "home")
     assert "leak" not in env.values() and "DATABASE_URL" not in env
     assert env["TMPDIR"] == str(tmp_path / "tmp")
+    assert env["PROVIDER_KEY"] == "sk-for-codex"  # the operator let this one through
 
 
-def test_policy_overrides_become_codex_config_flags(monkeypatch: pytest.MonkeyPatch):
+def test_the_operator_config_becomes_codex_config_flags(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AGENTRUN_CODEX_COMMAND", '["codex-x", "app-server"]')
-    argv = codex_argv(
-        {
-            "model": "m",
-            "codex_config": {"model_providers": {"p": {"base_url": "http://h/v1"}}},
-            "features.plugins": True,  # not a codex_config key: ignored
-        }
-    )
+    operator = {"model_providers": {"p": {"base_url": "http://h/v1"}}, "features.plugins": True}
+    monkeypatch.setenv("AGENTRUN_CODEX_CONFIG", json.dumps(operator))
+    argv = codex_argv()
     flags = [argv[i + 1] for i, part in enumerate(argv) if part == "-c"]
     assert argv[:2] == ["codex-x", "app-server"]
-    assert 'model="m"' in flags
     assert 'model_providers.p.base_url="http://h/v1"' in flags
+    # Forced last, whatever the operator wrote: no start-up network traffic.
     assert flags[-2:] == ["features.plugins=false", "check_for_update_on_startup=false"]
     assert toml_value({"granular": {"rules": True}}) == '{"granular" = {"rules" = true}}'

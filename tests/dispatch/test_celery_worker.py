@@ -174,9 +174,10 @@ def test_one_wake_up_drains_a_burst_with_follow_up_batches(
     _purge(broker)
     Backend.objects.filter(profile="scripted").update(capacity={})  # no limit to wait on
     with override_settings(AGENTRUN_DISPATCH_WAKE_ON_COMMIT=False):
-        burst = [make_dispatch_command(dispatch={"launcher": "recording"}) for _ in range(30)]
+        burst = [make_dispatch_command(dispatch={"launch_profile": "recording"}) for _ in range(30)]
     extra = {
         "AGENTRUN_EXTRA_LAUNCHERS": "recording=tests.dispatch.helpers.RecordingLauncher",
+        "AGENTRUN_LAUNCH_PROFILES": '{"recording": {"launcher": "recording"}}',
         "AGENTRUN_DISPATCH_BATCH_SIZE": "5",
     }
     with (

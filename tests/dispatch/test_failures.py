@@ -60,8 +60,11 @@ def test_an_always_failing_launcher_retries_with_growing_delays_then_fails_the_r
 
 @pytest.mark.django_db(transaction=True)
 def test_an_unknown_launcher_name_fails_visibly_through_the_same_path() -> None:
-    command = make_dispatch_command(dispatch={"launcher": "no-such-launcher"})
-    with override_settings(AGENTRUN_DISPATCH_MAX_ATTEMPTS=1):
+    # The API refuses such a profile with a 400; one configured after the intent was
+    # recorded still fails the intent visibly.
+    command = make_dispatch_command(dispatch={"launch_profile": "odd"})
+    profiles = {"odd": {"launcher": "no-such-launcher"}}
+    with override_settings(AGENTRUN_DISPATCH_MAX_ATTEMPTS=1, AGENTRUN_LAUNCH_PROFILES=profiles):
         counts = dispatch_batch(owner="w", launchers={"local": FailingLauncher()})
     assert (counts.claimed, counts.failed) == (1, 1)
     assert "unknown launcher" in (intent_of(command).last_error or {})["message"]

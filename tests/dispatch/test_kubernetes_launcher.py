@@ -31,10 +31,26 @@ def _request(**overrides: Any) -> LaunchRequest:
         "attempt_count": 1,
         "runner_key": "ar_runner_secret",
         "api_url": "http://agentrun:8000",
-        "options": {"image": "registry/runner:1", "service_account_name": "runner"},
+        "options": {"launch_profile": "k8s"},  # image and account: the operator's profile
     }
     values.update(overrides)
     return LaunchRequest(**values)
+
+
+@pytest.fixture(autouse=True)
+def _launch_profiles(settings: Any) -> None:
+    settings.AGENTRUN_LAUNCH_PROFILES = {
+        "k8s": {
+            "launcher": "kubernetes",
+            "image": "registry/runner:1",
+            "service_account_name": "runner",
+        },
+        "real": {
+            "launcher": "kubernetes",
+            "image": "busybox",
+            "namespace": os.environ.get("AGENTRUN_TEST_KUBERNETES_NAMESPACE", "default"),
+        },
+    }
 
 
 class ApiError(Exception):
@@ -120,7 +136,8 @@ def test_a_real_cluster_job_is_created_idempotently() -> None:
         _skip(f"no Kubernetes cluster is reachable ({error})")
     namespace = os.environ.get("AGENTRUN_TEST_KUBERNETES_NAMESPACE", "default")
     launcher = KubernetesLauncher(clients=clients)
-    request = _request(options={"namespace": namespace, "image": "busybox"})
+    request = _request(options={"launch_profile": "real"})
+    assert request.profile["namespace"] == namespace
     first = launcher.launch(request)
     try:
         assert launcher.launch(request).outcome == "existing"

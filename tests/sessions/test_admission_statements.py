@@ -5,7 +5,8 @@ An admission collects the events of every run it writes and appends them once at
 row once and passes it down, and writes a cancel request once, in its final stage. Before
 that, an interrupt was 69 statements, a created turn 33 and a steer 21 (one seq read,
 INSERT, session UPDATE and NOTIFY per event, the session re-read up to five times, every
-cancel stage saved on its own). Counts include BEGIN and COMMIT; the outbox is off.
+cancel stage saved on its own). Counts include BEGIN and COMMIT; the outbox is off. A
+path that ends a run has one UPDATE more since issue 16: it revokes the run's runner keys.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 33, sqls
+    assert len(sqls) == 34, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
     assert count(sqls, 'INSERT INTO "agentrun_cancel_requests"') == 1
     assert count(sqls, 'UPDATE "agentrun_cancel_requests"') == 0
@@ -100,7 +101,7 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 30, sqls
+    assert len(sqls) == 31, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 
@@ -140,5 +141,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 24, sqls
+    assert len(sqls) == 25, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

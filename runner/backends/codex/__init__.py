@@ -4,7 +4,7 @@
 - `turn.py`: one turn, notifications mapped to agentrun events, steers and interrupts;
 - `events.py`: codex items as event payloads (pure);
 - `approvals.py`: answers to the server's approval and other requests, by the policy;
-- `config.py`: codex's command line, `-c` overrides and environment;
+- `config.py`: codex's command line (the operator's config), parameters and environment;
 - `rpc.py`: the JSON-RPC client over the process's stdio.
 """
 

@@ -79,11 +79,13 @@ class CodexBackend:
             return self._process
         self._discard()
         workdir = self._work_dir()
-        home = os.environ.get("AGENTRUN_CODEX_HOME") or str(Path(workdir, "home"))
-        Path(home).mkdir(parents=True, exist_ok=True)
-        process = CodexProcess(
-            codex_argv(self.policy), env=codex_env(home, workdir), cwd=self._cwd()
+        home = (
+            os.environ.get("AGENTRUN_CODEX_HOME")
+            or os.environ.get("CODEX_HOME")  # the launcher's: one per session
+            or str(Path(workdir, "home"))
         )
+        Path(home).mkdir(mode=0o700, parents=True, exist_ok=True)
+        process = CodexProcess(codex_argv(), env=codex_env(home, workdir), cwd=self._cwd())
         self._process = process
         process.request(
             "initialize",

@@ -1,27 +1,30 @@
-"""How codex is started: its command line, its `-c` overrides and its environment.
+"""How codex is started: its command line, its configuration and its environment.
 
-Configuration, from the runner's environment:
+A run's execution policy is a tenant's input, so nothing in it becomes a `-c` flag, a
+process to start or a provider to call (issue 16 finding 1): the API admits only the
+allow-listed choices of `runs/policy.py`, and this module reads only those, as JSON-RPC
+parameters. Codex's own configuration is the operator's, from the runner's environment:
   AGENTRUN_CODEX_COMMAND  JSON list, default ["codex", "app-server", "--listen", "stdio://"]
                           (a bare `codex` not on PATH falls back to the project's
                           .codex-cli/node_modules/.bin/codex); `-c key=value` overrides
                           are appended to it, so a wrapper must pass its arguments on.
-  AGENTRUN_CODEX_HOME     CODEX_HOME for codex; default a fresh temp dir per run, removed
-                          at close. Resuming a thread in a later run needs a persistent
-                          home (the thread's rollout lives there).
-and from the run's `execution_policy`:
-  model, model_provider   the thread's model and provider (codex's defaults otherwise);
-  sandbox                 read-only | workspace-write | danger-full-access;
-  approval_policy         never (default) | on-request | {"granular": {...}};
-  approvals               how server approval requests are answered: decline (default)
-                          | accept; each request and answer is recorded as backend_status;
-  codex_config            {key: value}, nested or dotted, passed as `-c key=value`
-                          (e.g. model_providers.<id>.base_url for a custom endpoint);
-  developer_instructions  extra instructions for the thread;
-  turn_timeout_s          a turn still running after this is interrupted and failed
-                          `timeout` (default 3600).
-Whatever the policy says, codex always runs with `features.plugins=false` and
-`check_for_update_on_startup=false` (no start-up network traffic), and without the
-runner's own credentials or OpenAI/Codex/proxy variables in its environment.
+  AGENTRUN_CODEX_CONFIG   JSON object of codex configuration (nested or dotted keys), e.g.
+                          the model provider: {"model_provider": "p", "model_providers":
+                          {"p": {"base_url": …, "env_key": "P_API_KEY"}}}. It becomes `-c`
+                          flags, which `ps` shows: never put a credential here, name it with
+                          `env_key` and let it through AGENTRUN_CODEX_ENV_PASSTHROUGH.
+  AGENTRUN_CODEX_ENV_PASSTHROUGH  comma-separated names of runner variables codex gets.
+  AGENTRUN_CODEX_HOME, CODEX_HOME  codex's home (the local launcher sets CODEX_HOME, one
+                          per session); default a fresh temp dir per run, removed at close.
+From the policy (already checked against the profile's ceilings by the API):
+  model, sandbox, approval_policy, developer_instructions  → `thread/start`/`thread/resume`;
+  reasoning_effort, reasoning_summary                       → `turn/start` (effort, summary);
+  approvals (decline | accept) and turn_timeout_s are the runner's own (`approvals.py`,
+  `turn.py`).
+Codex always runs with `features.plugins=false` and `check_for_update_on_startup=false`
+(no start-up network traffic), and with an allow-listed environment: `PATH`, `HOME`, the
+locale, `TZ`, its home, `TMPDIR` and the operator's passthrough names, nothing else of the
+runner's (no runner key, no `DATABASE_URL`, `SECRET_KEY`, `AWS_*`, proxies …).
 """
 
 from __future__ import annotations
@@ -34,27 +37,30 @@ from typing import Any
 
 DEFAULT_COMMAND = ["codex", "app-server", "--listen", "stdio://"]
 LOCAL_CODEX = Path(__file__).resolve().parents[3] / ".codex-cli" / "node_modules" / ".bin" / "codex"
-# Variables never passed to codex: the runner's credentials and the control plane's
-# settings, any OpenAI/Codex configuration of the host, and proxies.
-_STRIPPED_PREFIXES = ("AGENTRUN_", "OPENAI_", "CODEX_", "DJANGO_", "CELERY_")
-_STRIPPED_NAMES = {"DATABASE_URL", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "FTP_PROXY"}
+# The shell basics. SHLVL too: codex's tool shell sources the host's login profile, and
+# e.g. pyenv's init there tries a rehash (which the sandbox refuses, noisily) unless the
+# shell is nested.
+_ENV_NAMES = ("PATH", "HOME", "LANG", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "SHLVL")
 _DEFAULT_CONFIG = {"features.shell_snapshot": False, "analytics.enabled": False}
 _FORCED_CONFIG = {"features.plugins": False, "check_for_update_on_startup": False}
 
 
-def codex_argv(policy: dict[str, Any]) -> list[str]:
-    """The app-server's command line: AGENTRUN_CODEX_COMMAND plus the policy's overrides."""
+def operator_config() -> dict[str, Any]:
+    """AGENTRUN_CODEX_CONFIG, flattened to dotted keys."""
+    raw = os.environ.get("AGENTRUN_CODEX_CONFIG")
+    config = json.loads(raw) if raw else {}
+    if not isinstance(config, dict):
+        raise ValueError("AGENTRUN_CODEX_CONFIG must be a JSON object")
+    return flatten(config)
+
+
+def codex_argv() -> list[str]:
+    """The app-server's command line: AGENTRUN_CODEX_COMMAND plus the operator's config."""
     raw = os.environ.get("AGENTRUN_CODEX_COMMAND")
     argv = [str(part) for part in json.loads(raw)] if raw else list(DEFAULT_COMMAND)
     if argv[0] == "codex" and shutil.which("codex") is None and LOCAL_CODEX.exists():
         argv[0] = str(LOCAL_CODEX)
-    # The model and provider also become the process defaults, so nothing at start-up
-    # works against a provider the run did not ask for.
-    chosen: dict[str, Any] = {
-        key: policy[key] for key in ("model", "model_provider") if key in policy
-    }
-    config = {**_DEFAULT_CONFIG, **chosen, **flatten(policy.get("codex_config") or {})}
-    for key, value in {**config, **_FORCED_CONFIG}.items():
+    for key, value in {**_DEFAULT_CONFIG, **operator_config(), **_FORCED_CONFIG}.items():
         if value is not None:
             argv += ["-c", f"{key}={toml_value(value)}"]
     return argv
@@ -66,19 +72,23 @@ def thread_params(policy: dict[str, Any], cwd: str) -> dict[str, Any]:
         "cwd": cwd,
         "approvalPolicy": policy.get("approval_policy", "never"),
         "model": policy.get("model"),
-        "modelProvider": policy.get("model_provider"),
         "sandbox": policy.get("sandbox"),
         "developerInstructions": policy.get("developer_instructions"),
     }
     return {key: value for key, value in params.items() if value is not None}
 
 
+def turn_params(policy: dict[str, Any]) -> dict[str, Any]:
+    """The per-turn choices `turn/start` takes (besides the thread and the input)."""
+    params = {"effort": policy.get("reasoning_effort"), "summary": policy.get("reasoning_summary")}
+    return {key: value for key, value in params.items() if value is not None}
+
+
 def codex_env(home: str, workdir: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(_STRIPPED_PREFIXES) and key.upper() not in _STRIPPED_NAMES
-    }
+    """Codex's whole environment: an allow-list, never the runner's own."""
+    raw = os.environ.get("AGENTRUN_CODEX_ENV_PASSTHROUGH", "")
+    names = {*_ENV_NAMES, *(name.strip() for name in raw.split(",") if name.strip())}
+    env = {key: value for key, value in os.environ.items() if key in names or key.startswith("LC_")}
     env.update(
         CODEX_HOME=home,
         TMPDIR=str(Path(workdir, "tmp")),

@@ -35,6 +35,7 @@ from typing import Any
 
 from runner.backends.base import TurnControl, TurnInput, TurnOutcome
 from runner.backends.codex.approvals import approval_answer, policy_decision, unsupported_error
+from runner.backends.codex.config import turn_params
 from runner.backends.codex.events import clip, file_changes, text_input, tool_call, tool_output
 from runner.backends.codex.rpc import CodexProcess, RpcError, RpcTimeout
 from runner.phases import RunnerPhase
@@ -77,7 +78,11 @@ class Turn:
     def run(self) -> TurnOutcome:
         result = self.process.request(
             "turn/start",
-            {"threadId": self.thread_id, "input": [text_input(self.turn.text)]},
+            {
+                "threadId": self.thread_id,
+                "input": [text_input(self.turn.text)],
+                **turn_params(self.policy),
+            },
             timeout_s=RPC_TIMEOUT_S,
         )
         self.turn_id = str(result["turn"]["id"])

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentrun.errors import conflict
+from agentrun.errors import AgentRunError, conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from dispatch import intents
@@ -193,14 +193,8 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
     Locks: the run row, then the command. Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
-        run = lock_run_of_command(command_id)
-        command = lock_command(command_id, run=run)
-        refusal = fence_runner_write(
-            run,
-            runner_id=runner_id,
-            lease_epoch=lease_epoch,
-            source="command-ack",
-            command_id=command_id,
+        run, command, refusal = _lock_for_runner_write(
+            command_id, runner_id=runner_id, lease_epoch=lease_epoch, source="command-ack"
         )
         if refusal is None and command.state == CommandState.PENDING:
             now = timezone.now()
@@ -217,6 +211,24 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
     return command
 
 
+def _lock_for_runner_write(
+    command_id: str, *, runner_id: str, lease_epoch: int, source: str, **refused: Any
+) -> tuple[Run, Command, AgentRunError | None]:
+    """A runner's report on a command: the run row, then the command, locked, and the
+    fence's refusal (recorded as an event, raised by the caller after the commit) or None."""
+    run = lock_run_of_command(command_id)
+    command = lock_command(command_id, run=run)
+    refusal = fence_runner_write(
+        run,
+        runner_id=runner_id,
+        lease_epoch=lease_epoch,
+        source=source,
+        command_id=command_id,
+        **refused,
+    )
+    return run, command, refusal
+
+
 def finish_command(
     *, command_id: str, runner_id: str, lease_epoch: int, result: TurnResult
 ) -> Command:
@@ -227,14 +239,11 @@ def finish_command(
     Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
-        run = lock_run_of_command(command_id)
-        command = lock_command(command_id, run=run)
-        refusal = fence_runner_write(
-            run,
+        run, command, refusal = _lock_for_runner_write(
+            command_id,
             runner_id=runner_id,
             lease_epoch=lease_epoch,
             source="command-status",
-            command_id=command_id,
             refused=result.as_payload(),
         )
         if refusal is None and command.is_terminal:

@@ -24,11 +24,10 @@ from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
 from runs.services.event_log import (
     PendingEvents,
-    append_event_locked,
     collecting,
     fence_runner_write,
 )
-from runs.services.fencing import late_write_payload
+from runs.services.refusals import record_report_after_cancel_locked, refuse_if_terminal
 from runs.services.terminal import TurnResult, record_thread_locked
 from sessions import projection
 
@@ -85,13 +84,7 @@ def create_command_locked(
             command=replay, intent=intents.intent_of(replay), request=dispatch
         )
         return CreatedCommand(replay, created=False)
-    if run.is_terminal:
-        raise conflict(
-            f"run {run.id} is already terminal: {run.status}",
-            code="run_terminal",
-            failure_kind=run.failure_kind or "conflict",
-            status=run.status,
-        )
+    refuse_if_terminal(run)
     with collecting(events) as events:
         command = _insert_command(
             run,
@@ -250,18 +243,14 @@ def finish_command(
             intents.fence_open_intents_locked(
                 run=run, command=command, reason="command is terminal"
             )
-            if command.state == CommandState.CANCELLED and result.terminal_status != "cancelled":
-                append_event_locked(
-                    run=run,
-                    type="backend_status",
-                    payload=late_write_payload(
-                        run,
-                        source="command-status",
-                        runner_id=runner_id,
-                        reason="the command was cancelled",
-                        command_id=command_id,
-                        refused=result.as_payload(),
-                    ),
+            if command.state == CommandState.CANCELLED:
+                record_report_after_cancel_locked(
+                    run,
+                    source="command-status",
+                    runner_id=runner_id,
+                    reason="the command was cancelled",
+                    result=result,
+                    command_id=command_id,
                 )
         elif refusal is None:
             events = PendingEvents()

@@ -25,7 +25,7 @@ from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import Backend, Command, CommandState, Lease, Run, Runner, RunStatus
 from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
-from runs.services.fencing import late_write_payload
+from runs.services.refusals import record_report_after_cancel_locked, refuse_if_terminal
 from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,
@@ -163,13 +163,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
     """
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
-        if run.is_terminal:
-            raise conflict(
-                f"run {run_id} is already terminal: {run.status}",
-                code="run_terminal",
-                failure_kind=run.failure_kind or "conflict",
-                status=run.status,
-            )
+        refuse_if_terminal(run)
         now = timezone.now()
         previous = run.claimed_by
         if previous and previous != runner_id and not run.lease_expired(now):
@@ -254,17 +248,13 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
         if refusal is None and run.is_terminal:
             release_claim_locked(run)
             intents.fence_open_intents_locked(run=run, reason="run is terminal")
-            if run.status == RunStatus.CANCELLED and result.terminal_status != "cancelled":
-                append_event_locked(
-                    run=run,
-                    type="backend_status",
-                    payload=late_write_payload(
-                        run,
-                        source="run-status",
-                        runner_id=runner_id,
-                        reason="the run was cancelled",
-                        refused=result.as_payload(),
-                    ),
+            if run.status == RunStatus.CANCELLED:
+                record_report_after_cancel_locked(
+                    run,
+                    source="run-status",
+                    runner_id=runner_id,
+                    reason="the run was cancelled",
+                    result=result,
                 )
         elif refusal is None:
             _finish_live_run_locked(run, commands, result=result)

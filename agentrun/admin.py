@@ -2,32 +2,14 @@ from django.contrib import admin
 
 from agentrun.models import ApiKey
 
-_FIELDS = (
-    "id",
-    "name",
-    "tenant_id",
-    "role",
-    "run_id",
-    "key_prefix",
-    "key_digest",
-    "created_at",
-    "last_used_at",
-    "revoked_at",
-)
+# What names a key and whom it is for: the first columns of the list and of the page.
+_IDENTITY = ("id", "name", "tenant_id", "role", "run_id", "key_prefix")
+_FIELDS = (*_IDENTITY, "key_digest", "created_at", "last_used_at", "revoked_at")
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = [
-        "id",
-        "name",
-        "tenant_id",
-        "role",
-        "run_id",
-        "key_prefix",
-        "created_at",
-        "revoked_at",
-    ]
+    list_display = (*_IDENTITY, "created_at", "revoked_at")
     list_filter = ["role", "tenant_id"]
     search_fields = ["id", "name", "tenant_id", "run_id", "key_prefix"]
     fields = _FIELDS

@@ -6,6 +6,9 @@ classes) that every app reuses. It is also a Django app of its own: it owns the 
 model and `create_api_key`. It is the foundation, so it imports no app (not even inside a
 function): the URLconf and Celery reach the apps by dotted name, and the operations console
 that composes them all is `ops`. `tests/test_layers.py` holds it to that.
+
+Layers (SPEC §9.1): agentrun < runs < dispatch, outbox < sessions < queues < ops; the
+runner (`runner`) stands apart as an API client.
 """
 
 from agentrun.celery import app as celery_app

@@ -10,6 +10,7 @@ a parent's children, and a paginator that never counts a big table.
 - `EstimatedCountPaginator`: the changelist's count without `COUNT(*)` over the table —
   PostgreSQL's row estimate when the list is unfiltered, else a count of at most `cap`
   rows (a `LIMIT`ed subquery). Paired with `show_full_result_count = False`.
+- `RunLinkColumn`: the `run_link` column of every screen whose rows belong to a run.
 - `ReadOnlyAdmin` / `BigTableAdmin`: the base of every app's screens. The store owns the
   state and the services write it, so a screen changes nothing; a big table (events,
   outbox, runs) also never counts itself.
@@ -117,6 +118,15 @@ def _estimated_rows(model: type[Model]) -> int:
         )
         row = cursor.fetchone()
     return int(row[0]) if row and row[0] is not None else -1
+
+
+class RunLinkColumn:
+    """A `run_link` column (list or detail): the row's run, by its `run_id`, linked to the
+    run's change page. Mixed into the screen of every model that belongs to a run."""
+
+    @admin.display(description="run")
+    def run_link(self, obj: Any) -> SafeString:
+        return link("runs_run", obj.run_id)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
-from agentrun.admin_console import BigTableAdmin, changelist_link, link, links
+from agentrun.admin_console import BigTableAdmin, RunLinkColumn, changelist_link, link, links
 from dispatch.models import RunnerDispatchIntent
 from dispatch.services.retry_now import retry_intent_now
 
@@ -24,7 +24,7 @@ def _retry_now(request: HttpRequest, intent: RunnerDispatchIntent, reason: str) 
 
 
 @admin.register(RunnerDispatchIntent)
-class RunnerDispatchIntentAdmin(OperatorActionsMixin, BigTableAdmin):
+class RunnerDispatchIntentAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdmin):
     list_display = [
         "id",
         "run_link",
@@ -49,10 +49,6 @@ class RunnerDispatchIntentAdmin(OperatorActionsMixin, BigTableAdmin):
             perform=_retry_now,
         )
     ]
-
-    @admin.display(description="run")
-    def run_link(self, intent: RunnerDispatchIntent) -> SafeString:
-        return link("runs_run", intent.run_id)
 
     @admin.display(description="command")
     def command_link(self, intent: RunnerDispatchIntent) -> SafeString:

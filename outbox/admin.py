@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, service_action
-from agentrun.admin_console import BigTableAdmin, link, links
+from agentrun.admin_console import BigTableAdmin, RunLinkColumn, link, links
 from outbox.models import KafkaEventOutbox, OutboxState
 from outbox.services.release import release_outbox_record
 from runs.models import Event
@@ -56,7 +56,7 @@ def _release(request: HttpRequest, record: KafkaEventOutbox, reason: str) -> Out
 
 
 @admin.register(KafkaEventOutbox)
-class KafkaEventOutboxAdmin(OperatorActionsMixin, BigTableAdmin):
+class KafkaEventOutboxAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdmin):
     list_display = [
         "id",
         "outbox_seq",
@@ -84,10 +84,6 @@ class KafkaEventOutboxAdmin(OperatorActionsMixin, BigTableAdmin):
     @admin.display(description="state")
     def state(self, record: KafkaEventOutbox) -> str:
         return str(record.state_at(timezone.now()).label)
-
-    @admin.display(description="run")
-    def run_link(self, record: KafkaEventOutbox) -> SafeString:
-        return link("runs_run", record.run_id)
 
     @admin.display(description="related")
     def related(self, record: KafkaEventOutbox) -> SafeString:

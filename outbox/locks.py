@@ -292,14 +292,5 @@ def complete_claims(completions: list[Completion]) -> set[str]:
     """
     if not completions:
         return set()
-    tokens = [
-        {
-            "id": c.claim.id,
-            "lease_owner": c.claim.lease_owner,
-            "attempt_count": c.claim.attempt_count,
-            "key_no": c.key_no,
-            "key_offset": c.key_offset,
-        }
-        for c in completions
-    ]
+    tokens = [c.claim.token(key_no=c.key_no, key_offset=c.key_offset) for c in completions]
     return update_by_tokens(_COMPLETE_SQL, tokens)

@@ -41,6 +41,15 @@ class ClaimedRecord(NamedTuple):
     value: str  # the envelope's JSON text, as PostgreSQL prints the jsonb column
     headers: dict[str, Any]
 
+    def token(self, **settle: Any) -> dict[str, Any]:
+        """The fencing token a settle UPDATE matches the row on, with what it sets."""
+        return {
+            "id": self.id,
+            "lease_owner": self.lease_owner,
+            "attempt_count": self.attempt_count,
+            **settle,
+        }
+
 
 def reserve_outbox_seqs(count: int) -> list[int]:
     """Draw `count` values of the global outbox sequence, ascending. Call it under the key
@@ -89,16 +98,7 @@ def retry_claims(retries: list[Retry]) -> set[str]:
     ids. Must be called inside the settle transaction."""
     if not retries:
         return set()
-    tokens = [
-        {
-            "id": r.claim.id,
-            "lease_owner": r.claim.lease_owner,
-            "attempt_count": r.claim.attempt_count,
-            "delay_ms": r.delay_ms,
-            "last_error": r.last_error,
-        }
-        for r in retries
-    ]
+    tokens = [r.claim.token(delay_ms=r.delay_ms, last_error=r.last_error) for r in retries]
     return update_by_tokens(_RETRY_SQL, tokens)
 
 

@@ -22,6 +22,7 @@ from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, s
 from agentrun.admin_console import (
     BigTableAdmin,
     ReadOnlyAdmin,
+    RunLinkColumn,
     changelist_link,
     link,
     links,
@@ -181,12 +182,8 @@ class RunAdmin(OperatorActionsMixin, BigTableAdmin):
         )
 
 
-def _run_link(obj: Any) -> SafeString:
-    return link("runs_run", obj.run_id)
-
-
 @admin.register(Command)
-class CommandAdmin(BigTableAdmin):
+class CommandAdmin(RunLinkColumn, BigTableAdmin):
     list_display = ["id", "run_link", "seq", "type", "state", "idempotency_key", "updated_at"]
     list_filter = ["type", "state", "created_at"]
     search_fields = ["=id", "=run__id", "=idempotency_key"]
@@ -195,10 +192,6 @@ class CommandAdmin(BigTableAdmin):
     def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
         return ["seq"] if "run__id__exact" in request.GET else ["-id"]
 
-    @admin.display(description="run")
-    def run_link(self, command: Command) -> SafeString:
-        return _run_link(command)
-
     @admin.display(description="dispatch intent")
     def dispatch_intent(self, command: Command) -> SafeString:
         intent = getattr(command, "dispatch_intent", None)
@@ -206,7 +199,7 @@ class CommandAdmin(BigTableAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(BigTableAdmin):
+class EventAdmin(RunLinkColumn, BigTableAdmin):
     list_display = ["id", "run_link", "seq", "type", "created_at"]
     list_filter = ["type"]
     search_fields = ["=id", "=run__id"]
@@ -217,25 +210,17 @@ class EventAdmin(BigTableAdmin):
         time-ordered, so the primary key index serves both)."""
         return ["seq"] if "run__id__exact" in request.GET else ["-id"]
 
-    @admin.display(description="run")
-    def run_link(self, event: Event) -> SafeString:
-        return _run_link(event)
-
     @admin.display(description="outbox")
     def outbox_records(self, event: Event) -> SafeString:
         return changelist_link("outbox_kafkaeventoutbox", "outbox record", q=event.id)
 
 
 @admin.register(Runner)
-class RunnerAdmin(ReadOnlyAdmin):
+class RunnerAdmin(RunLinkColumn, ReadOnlyAdmin):
     list_display = ["id", "run_link", "backend_profile", "placement", "heartbeat_at"]
     list_filter = ["backend_profile", "placement", "heartbeat_at"]
     search_fields = ["=id", "=run_id"]
     ordering = ["-heartbeat_at"]
-
-    @admin.display(description="run")
-    def run_link(self, runner: Runner) -> SafeString:
-        return _run_link(runner)
 
 
 @admin.register(Backend)
@@ -245,19 +230,15 @@ class BackendAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Lease)
-class LeaseAdmin(ReadOnlyAdmin):
+class LeaseAdmin(RunLinkColumn, ReadOnlyAdmin):
     list_display = ["run_link", "runner_id", "lease_epoch", "lease_expires_at", "updated_at"]
     list_filter = ["lease_expires_at"]
     search_fields = ["=run__id", "=runner_id"]
     ordering = ["lease_expires_at"]
 
-    @admin.display(description="run")
-    def run_link(self, lease: Lease) -> SafeString:
-        return _run_link(lease)
-
 
 @admin.register(RunnerJob)
-class RunnerJobAdmin(BigTableAdmin):
+class RunnerJobAdmin(RunLinkColumn, BigTableAdmin):
     list_display = [
         "id",
         "run_link",
@@ -271,13 +252,9 @@ class RunnerJobAdmin(BigTableAdmin):
     search_fields = ["=id", "=run__id", "=command__id", "=job_name", "=runner_id"]
     ordering = ["-created_at"]
 
-    @admin.display(description="run")
-    def run_link(self, job: RunnerJob) -> SafeString:
-        return _run_link(job)
-
 
 @admin.register(CancelRequest)
-class CancelRequestAdmin(BigTableAdmin):
+class CancelRequestAdmin(RunLinkColumn, BigTableAdmin):
     list_display = [
         "id",
         "target_kind",
@@ -292,7 +269,3 @@ class CancelRequestAdmin(BigTableAdmin):
     list_filter = ["target_kind", "stage", "created_at"]
     search_fields = ["=id", "=target_id", "=run__id"]
     ordering = ["-created_at"]
-
-    @admin.display(description="run")
-    def run_link(self, cancel: CancelRequest) -> SafeString:
-        return _run_link(cancel)

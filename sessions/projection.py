@@ -141,6 +141,22 @@ def _locked_session_of(run: Run, session: Session | None) -> Session | None:
 def project_turn_started_locked(
     run: Run, *, command_id: str, text: Any, session: Session | None = None
 ) -> None:
+    _show_turn_running_locked(
+        run,
+        session,
+        command_id,
+        active_command_id=command_id,
+        terminal_status=None,
+        failure_kind=None,
+        title=title_from_text(text),
+    )
+
+
+def _show_turn_running_locked(
+    run: Run, session: Session | None, command_id: str, **more: Any
+) -> None:
+    """The session shows `command_id` of `run` as its running turn (a new version): what a
+    turn start and a steer of the current turn both write."""
     touch_session_for_run_locked(
         run,
         bump=True,
@@ -149,10 +165,7 @@ def project_turn_started_locked(
         last_run_id=run.id,
         last_command_id=command_id,
         active_run_id=run.id,
-        active_command_id=command_id,
-        terminal_status=None,
-        failure_kind=None,
-        title=title_from_text(text),
+        **more,
     )
 
 
@@ -185,15 +198,7 @@ def project_steer_locked(run: Run, *, command_id: str, session: Session | None =
     session = _current_turn_session(run, session)
     if session is None:
         return  # a steer sent straight to an older run of the session: see project_claim
-    touch_session_for_run_locked(
-        run,
-        bump=True,
-        session=session,
-        execution_state=ExecutionState.RUNNING,
-        last_run_id=run.id,
-        last_command_id=command_id,
-        active_run_id=run.id,
-    )
+    _show_turn_running_locked(run, session, command_id)
 
 
 def project_turn_terminal_locked(

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentrun.errors import conflict
+from agentrun.errors import AgentRunError, conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from dispatch import intents
@@ -25,11 +25,10 @@ from runs.models import Command, CommandState, Run, RunStatus
 from runs.phases import Phase
 from runs.services.event_log import (
     PendingEvents,
-    append_event_locked,
     collecting,
     fence_runner_write,
 )
-from runs.services.fencing import late_write_payload
+from runs.services.refusals import record_losing_report_locked, refuse_if_terminal
 from runs.services.terminal import TurnResult, record_thread_locked
 from sessions import projection
 
@@ -89,13 +88,7 @@ def create_command_locked(
             command=replay, intent=intents.intent_of(replay), request=dispatch
         )
         return CreatedCommand(replay, created=False)
-    if run.is_terminal:
-        raise conflict(
-            f"run {run.id} is already terminal: {run.status}",
-            code="run_terminal",
-            failure_kind=run.failure_kind or "conflict",
-            status=run.status,
-        )
+    refuse_if_terminal(run)
     with collecting(events) as events:
         command = _insert_command(
             run,
@@ -197,14 +190,8 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
     Locks: the run row, then the command. Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
-        run = lock_run_of_command(command_id)
-        command = lock_command(command_id, run=run)
-        refusal = fence_runner_write(
-            run,
-            runner_id=runner_id,
-            lease_epoch=lease_epoch,
-            source="command-ack",
-            command_id=command_id,
+        run, command, refusal = _lock_for_runner_write(
+            command_id, runner_id=runner_id, lease_epoch=lease_epoch, source="command-ack"
         )
         if refusal is None and command.state == CommandState.PENDING:
             now = timezone.now()
@@ -221,6 +208,24 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
     return command
 
 
+def _lock_for_runner_write(
+    command_id: str, *, runner_id: str, lease_epoch: int, source: str, **refused: Any
+) -> tuple[Run, Command, AgentRunError | None]:
+    """A runner's report on a command: the run row, then the command, locked, and the
+    fence's refusal (recorded as an event, raised by the caller after the commit) or None."""
+    run = lock_run_of_command(command_id)
+    command = lock_command(command_id, run=run)
+    refusal = fence_runner_write(
+        run,
+        runner_id=runner_id,
+        lease_epoch=lease_epoch,
+        source=source,
+        command_id=command_id,
+        **refused,
+    )
+    return run, command, refusal
+
+
 def finish_command(
     *, command_id: str, runner_id: str, lease_epoch: int, result: TurnResult
 ) -> Command:
@@ -231,14 +236,11 @@ def finish_command(
     Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
-        run = lock_run_of_command(command_id)
-        command = lock_command(command_id, run=run)
-        refusal = fence_runner_write(
-            run,
+        run, command, refusal = _lock_for_runner_write(
+            command_id,
             runner_id=runner_id,
             lease_epoch=lease_epoch,
             source="command-status",
-            command_id=command_id,
             refused=result.as_payload(),
         )
         if refusal is None and command.is_terminal:
@@ -249,17 +251,13 @@ def finish_command(
                 command.state == CommandState.CANCELLED
                 and result.terminal_status != RunStatus.CANCELLED
             ):
-                append_event_locked(
-                    run=run,
-                    type="backend_status",
-                    payload=late_write_payload(
-                        run,
-                        source="command-status",
-                        runner_id=runner_id,
-                        reason="the command was cancelled",
-                        command_id=command_id,
-                        refused=result.as_payload(),
-                    ),
+                record_losing_report_locked(
+                    run,
+                    source="command-status",
+                    runner_id=runner_id,
+                    reason="the command was cancelled",
+                    result=result,
+                    command_id=command_id,
                 )
         elif refusal is None:
             events = PendingEvents()

@@ -35,7 +35,8 @@ from runs.models import (
 )
 from runs.phases import Phase
 from runs.services.event_log import PendingEvents, append_event_locked, fence_runner_write
-from runs.services.fencing import ended_run_reason, late_write_payload
+from runs.services.fencing import ended_run_reason
+from runs.services.refusals import record_losing_report_locked, refuse_if_terminal
 from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,
@@ -173,13 +174,7 @@ def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:
     """
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
-        if run.is_terminal:
-            raise conflict(
-                f"run {run_id} is already terminal: {run.status}",
-                code="run_terminal",
-                failure_kind=run.failure_kind or "conflict",
-                status=run.status,
-            )
+        refuse_if_terminal(run)
         now = timezone.now()
         previous = run.claimed_by
         if previous and previous != runner_id and not run.lease_expired(now):
@@ -266,16 +261,12 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
             release_claim_locked(run)
             intents.fence_open_intents_locked(run=run, reason="run is terminal")
             if result.terminal_status != run.status:  # a report that disagrees is kept
-                append_event_locked(
-                    run=run,
-                    type="backend_status",
-                    payload=late_write_payload(
-                        run,
-                        source="run-status",
-                        runner_id=runner_id,
-                        reason=ended_run_reason(run),
-                        refused=result.as_payload(),
-                    ),
+                record_losing_report_locked(
+                    run,
+                    source="run-status",
+                    runner_id=runner_id,
+                    reason=ended_run_reason(run),
+                    result=result,
                 )
         elif refusal is None:
             _finish_live_run_locked(run, commands, result=result)

@@ -3,38 +3,26 @@ expired without a heartbeat (the beat's lease reaper, once)."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from agentrun import conf
+from agentrun.management.sweeps import SweepCommand
 from runs.selectors import expired_lease_run_ids
 from runs.services.reaper import reap_expired_leases
 
 
-class Command(BaseCommand):
+class Command(SweepCommand):
     help = "Fail (infra-failed) claimed runs whose lease expired without a heartbeat."
+    dry_run_help = "list, change nothing"
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--limit", type=int, default=conf.maintenance_batch_size())
-        parser.add_argument("--grace-ms", type=int, default=conf.lease_reap_grace_ms())
-        parser.add_argument("--dry-run", action="store_true", help="list, change nothing")
-        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    def default_grace_ms(self) -> int:
+        return conf.lease_reap_grace_ms()
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        if options["dry_run"]:
-            cutoff = timezone.now() - timedelta(milliseconds=options["grace_ms"])
-            result: dict[str, Any] = {
-                "would_reap": expired_lease_run_ids(cutoff=cutoff, limit=options["limit"])
-            }
-        else:
-            result = reap_expired_leases(
-                limit=options["limit"], grace_ms=options["grace_ms"]
-            ).as_dict()
-        if options["json"]:
-            self.stdout.write(json.dumps(result))
-        else:
-            self.stdout.write(" ".join(f"{name}={value}" for name, value in result.items()))
+    def sweep(self, *, limit: int, grace_ms: int, dry_run: bool) -> dict[str, Any]:
+        if dry_run:
+            cutoff = timezone.now() - timedelta(milliseconds=grace_ms)
+            return {"would_reap": expired_lease_run_ids(cutoff=cutoff, limit=limit)}
+        return reap_expired_leases(limit=limit, grace_ms=grace_ms).as_dict()

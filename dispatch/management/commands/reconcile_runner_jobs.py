@@ -3,29 +3,20 @@ runner jobs of live runs and fail the runs whose runner is gone (the beat's pass
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
-
 from agentrun import conf
+from agentrun.management.sweeps import SweepCommand
 from dispatch.services.reconcile import reconcile_runner_jobs
 
 
-class Command(BaseCommand):
+class Command(SweepCommand):
     help = "Reconcile runner jobs with their launchers; fail runs whose runner job is gone."
+    dry_run_help = "observe, change nothing"
+    json_help = "print the counts as JSON"
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--limit", type=int, default=conf.maintenance_batch_size())
-        parser.add_argument("--grace-ms", type=int, default=conf.reconcile_grace_ms())
-        parser.add_argument("--dry-run", action="store_true", help="observe, change nothing")
-        parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    def default_grace_ms(self) -> int:
+        return conf.reconcile_grace_ms()
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        counts = reconcile_runner_jobs(
-            limit=options["limit"], grace_ms=options["grace_ms"], dry_run=options["dry_run"]
-        ).as_dict()
-        if options["json"]:
-            self.stdout.write(json.dumps(counts))
-        else:
-            self.stdout.write(" ".join(f"{name}={value}" for name, value in counts.items()))
+    def sweep(self, *, limit: int, grace_ms: int, dry_run: bool) -> dict[str, Any]:
+        return reconcile_runner_jobs(limit=limit, grace_ms=grace_ms, dry_run=dry_run).as_dict()

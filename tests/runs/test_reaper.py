@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,14 @@ from runs.services.command_lifecycle import create_command
 from runs.services.lifecycle import heartbeat_run
 from runs.services.reaper import reap_expired_leases
 from tests.builders import make_claimed_run
-from tests.dispatch.helpers import intent_of, phases
+from tests.dispatch.helpers import celery_broker, intent_of, phases
+
+
+@pytest.fixture(autouse=True)
+def memory_broker() -> Iterator[None]:
+    """Reaping wakes dispatch on commit: the wake-ups go to an in-memory broker."""
+    with celery_broker("memory://localhost/"):
+        yield
 
 
 def _expire(run: Run, *, seconds_ago: float) -> None:

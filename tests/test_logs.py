@@ -7,9 +7,16 @@ import json
 import logging
 
 import pytest
+from pytest_django.fixtures import Settings as SettingsWrapper
 
 from agentrun import logs
 from tests.builders import key_client, make_claimed_run
+from tests.ops.world import quiet_settings
+
+
+@pytest.fixture(autouse=True)
+def quiet(settings: SettingsWrapper) -> None:
+    quiet_settings(settings)
 
 
 def _capture(formatter: logging.Formatter) -> tuple[logging.Logger, io.StringIO]:

@@ -211,3 +211,11 @@ def outbox_retention_days() -> int:
 
 def outbox_wake_on_commit() -> bool:
     return _bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT")
+
+
+# Tenancy.
+
+
+def tenant_runner_share_percent() -> int:
+    """The most of a limited profile's runner slots one tenant may hold, in percent."""
+    return _int("AGENTRUN_TENANT_RUNNER_SHARE_PERCENT")

@@ -266,3 +266,9 @@ AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS = env_int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_CA
 AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS = env_int("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS", 7)
 # Off when only `relay_outbox --loop` relays (no Celery workers): commits then enqueue nothing.
 AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT = env_bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT", True)
+
+# Tenancy (issue 16). The most of a limited backend profile's runner slots
+# (`capacity.max_concurrent_runs`) one tenant may hold, in percent (at least one slot). Below
+# this ceiling, while several tenants have runs or intents on the profile, each gets a fair
+# share (the limit divided among them, rounded up); a tenant alone may use every slot.
+AGENTRUN_TENANT_RUNNER_SHARE_PERCENT = env_int("AGENTRUN_TENANT_RUNNER_SHARE_PERCENT", 100)

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from agentrun.errors import AgentRunError
+from agentrun.tenancy import Scope
 from runs.models import Runner
+from runs.services.runners import register_runner
 from tests.builders import key_client, make_run
+from tests.runs.threads import race
 
 pytestmark = pytest.mark.django_db
 RUNNER = "runner-shared"
@@ -43,3 +47,31 @@ def test_a_runner_of_the_same_tenant_refreshes_the_record() -> None:
     again = Runner.objects.get(pk=RUNNER)
     assert (again.placement, again.run_id) == ("b", body["run_id"])
     assert again.registered_at == first.registered_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tenants_racing_for_a_new_runner_id_never_share_the_record() -> None:
+    """Both first registrations at the same instant: one inserts, the other is refused,
+    and the record is wholly the winner's (no interleaved overwrite)."""
+    tenants = ["tenant-a", "tenant-b"] * 3
+    runs = {tenant: make_run(tenant_id=tenant) for tenant in set(tenants)}
+    scopes = {tenant: Scope(tenant_id=tenant, run_id=runs[tenant].id) for tenant in runs}
+
+    def register(tenant: str) -> Runner:
+        return register_runner(
+            scope=scopes[tenant], runner_id="runner-race", run_id=runs[tenant].id,
+            placement=tenant,
+        )  # fmt: skip
+
+    results = race([lambda t=t: register(t) for t in tenants])
+    winners = {r.tenant_id for r in results if isinstance(r, Runner)}
+    refused = [r for r in results if isinstance(r, AgentRunError)]
+    assert len(winners) == 1 and len(refused) == 3, results
+    assert {r.code for r in refused} == {"runner_id_taken"}
+    (winner,) = winners
+    stored = Runner.objects.get(pk="runner-race")
+    assert (stored.tenant_id, stored.placement, stored.run_id) == (
+        winner,
+        winner,
+        runs[winner].id,
+    )

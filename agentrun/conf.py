@@ -258,3 +258,11 @@ def runner_env_passthrough() -> list[str]:
 
 def runner_key_ttl_s() -> int:
     return _int("AGENTRUN_RUNNER_KEY_TTL_S")
+
+
+# Tenancy.
+
+
+def tenant_runner_share_percent() -> int:
+    """The most of a limited profile's runner slots one tenant may hold, in percent."""
+    return _int("AGENTRUN_TENANT_RUNNER_SHARE_PERCENT")

@@ -350,3 +350,8 @@ AGENTRUN_RUNNER_ENV_PASSTHROUGH = [
 # A run-scoped runner key stops working this long after it was issued, even if its run is
 # still live (it is revoked at once when the run ends).
 AGENTRUN_RUNNER_KEY_TTL_S = env_int("AGENTRUN_RUNNER_KEY_TTL_S", 7 * 24 * 3600)
+# Tenancy (issue 16). The most of a limited backend profile's runner slots
+# (`capacity.max_concurrent_runs`) one tenant may hold, in percent (at least one slot). Below
+# this ceiling, while several tenants have runs or intents on the profile, each gets a fair
+# share (the limit divided among them, rounded up); a tenant alone may use every slot.
+AGENTRUN_TENANT_RUNNER_SHARE_PERCENT = env_int("AGENTRUN_TENANT_RUNNER_SHARE_PERCENT", 100)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
@@ -28,24 +28,34 @@ def capacity_limit(capacity: Any) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def active_runs(*, profile: str, among: list[str]) -> tuple[int, set[str]]:
-    """How many runs of a profile hold a runner, and which of `among` already do.
+def active_runs_by_tenant(*, profile: str, among: list[str]) -> tuple[dict[str, int], set[str]]:
+    """How many runs of a profile hold a runner, per tenant, and which of `among` do.
 
     A run is active while it is not terminal and either a runner claimed it or a runner
     job was launched for it (a `dispatched` intent) and has not claimed it yet. Read under
     the runner-create fence, so no launch for this profile runs concurrently.
     """
-    active = (
-        # `status IN (live)`, not `NOT IN (terminal)`: the planner then uses the live-runs
-        # partial index instead of scanning the whole history.
-        Run.objects.filter(backend_profile=profile, status__in=LIVE_RUN_STATUSES)
-        .filter(
-            Q(status__in=LEASED_RUN_STATUSES) | Q(dispatch_intents__state=IntentState.DISPATCHED)
-        )
-        .values_list("id", flat=True)
-        .distinct()
+    active = _active(profile)
+    counts = active.values("tenant_id").annotate(count=Count("id", distinct=True))
+    by_tenant = {row["tenant_id"]: row["count"] for row in counts.order_by()}
+    return by_tenant, set(active.filter(id__in=among).values_list("id", flat=True))
+
+
+def _active(profile: str) -> QuerySet[Run]:
+    # `status IN (live)`, not `NOT IN (terminal)`: the planner then uses the live-runs
+    # partial index instead of scanning the whole history.
+    return Run.objects.filter(backend_profile=profile, status__in=LIVE_RUN_STATUSES).filter(
+        Q(status__in=LEASED_RUN_STATUSES) | Q(dispatch_intents__state=IntentState.DISPATCHED)
     )
-    return active.count(), set(active.filter(id__in=among))
+
+
+def contending_tenants(profile: str) -> set[str]:
+    """The tenants with an open intent (waiting or being dispatched) on a profile's runs:
+    with the tenants holding its runners, those the profile's slots are shared among."""
+    waiting = RunnerDispatchIntent.objects.filter(
+        state__in=OPEN_INTENT_STATES, run__backend_profile=profile
+    )
+    return set(waiting.values_list("run__tenant_id", flat=True).distinct())
 
 
 def dispatch_status() -> dict[str, Any]:

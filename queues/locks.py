@@ -58,6 +58,8 @@ def lock_attempt_of_run(task: QueueTask, run_id: str) -> QueueAttempt | None:
 
 # The claim, in SQL (the ORM builds this query in several milliseconds per call, more
 # than the query itself takes). `(created_at, id)` orders a session's tasks oldest first.
+# A session's lane is its tenant's tasks naming it (issue 16): another tenant's task naming
+# the same session id neither holds this tenant's turns nor waits on its session.
 _CLAIM_SQL = """
 SELECT t.* FROM agentrun_queue_tasks AS t
 WHERE t.state = 'pending'
@@ -69,12 +71,14 @@ WHERE t.state = 'pending'
       NOT EXISTS (
         SELECT 1 FROM agentrun_queue_tasks AS o
         WHERE o.session_ref ->> 'session_id' = t.session_ref ->> 'session_id'
+          AND o.tenant_id = t.tenant_id
           AND o.state IN ('pending', 'running')
           AND (o.state = 'running' OR (o.created_at, o.id) < (t.created_at, t.id))
       )
       AND NOT EXISTS (
         SELECT 1 FROM agentrun_sessions AS s
         WHERE s.session_id = t.session_ref ->> 'session_id'
+          AND s.tenant_id = t.tenant_id
           AND (s.active_run_id IS NOT NULL OR s.active_command_id IS NOT NULL)
       )
     )

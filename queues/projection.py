@@ -29,6 +29,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from agentrun.tenancy import Scope
 from queues.locks import lock_attempt_of_run, lock_task_if_exists
 from queues.models import AttemptState
 from queues.selectors import has_queued_turns, task_id_of
@@ -57,7 +58,10 @@ def on_run_terminal_locked(run: Run) -> None:
             failure_kind=run.failure_kind,
             failure_message=run.failure_message or run.cancel_reason,
         )
-    if task_id is not None or (run.session_id and has_queued_turns(run.session_id)):
+    queued = run.session_id and has_queued_turns(
+        scope=Scope.tenant(run.tenant_id), session_id=run.session_id
+    )
+    if task_id is not None or queued:
         transaction.on_commit(wake_scheduler)
 
 

@@ -11,8 +11,9 @@ list orders, never mixed:
   which skips tasks; that is not copied.)
 
 Unscoped reads for the services and the projector (their callers have scoped already):
-`task_id_of` (the task a run projects onto), `has_queued_turns` and `queue_position` (a
-session's `when_busy=enqueue` backlog), `full_queues` (the scheduler's capacity check).
+`task_id_of` (the task a run projects onto), `queue_position` (a session's
+`when_busy=enqueue` backlog, within the task's tenant), `full_queues` (the scheduler's
+capacity check).
 """
 
 from __future__ import annotations
@@ -192,18 +193,21 @@ def task_id_of(run: Run) -> str | None:
     return attempt.first()
 
 
-def has_queued_turns(session_id: str) -> bool:
-    """Whether a pending task waits for this session."""
-    pending = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
+def has_queued_turns(*, scope: Scope, session_id: str) -> bool:
+    """Whether a pending task of the scope's tenant waits for this session. A session's lane
+    is its tenant's tasks naming it: another tenant's task naming the same id is in that
+    tenant's lane and never holds this one's turns (issue 16)."""
+    pending = tasks_for(scope=scope).annotate(sid=KT("session_ref__session_id"))
     return pending.filter(sid=session_id, state=TaskState.PENDING).exists()
 
 
 def queue_position(task: QueueTask) -> int | None:
-    """1-based place of a pending task among its session's pending tasks, oldest first
-    (the order the scheduler admits them in); None when the task is not pending."""
+    """1-based place of a pending task among its session's pending tasks of its own tenant,
+    oldest first (the order the scheduler admits them in); None when it is not pending."""
     if task.state != TaskState.PENDING or task.session_id is None:
         return None
-    tasks = QueueTask.objects.annotate(sid=KT("session_ref__session_id"))
+    own = tasks_for(scope=Scope.tenant(task.tenant_id))
+    tasks = own.annotate(sid=KT("session_ref__session_id"))
     ahead = tasks.filter(sid=task.session_id, state=TaskState.PENDING).filter(
         Q(created_at__lt=task.created_at) | Q(created_at=task.created_at, id__lt=task.id)
     )

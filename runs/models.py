@@ -264,6 +264,9 @@ class Event(models.Model):
 
 class Runner(models.Model):
     id = models.TextField(primary_key=True)
+    # The tenant the runner registered for (null: an operator's runner of no run). A
+    # registration from another tenant never rewrites the row (issue 16).
+    tenant_id = models.TextField(null=True, blank=True)
     run_id = models.TextField(null=True, blank=True)
     attempt_id = models.TextField(null=True, blank=True)
     backend_profile = models.TextField(null=True, blank=True)

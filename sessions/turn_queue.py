@@ -15,12 +15,13 @@ from typing import Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
+from agentrun.tenancy import Scope
 from sessions.turns import Admission, TurnRequest
 
 
 class TurnQueue(Protocol):
-    def has_queued_turns(self, session_id: str) -> bool:
-        """Whether turns of this session wait in the queue."""
+    def has_queued_turns(self, *, scope: Scope, session_id: str) -> bool:
+        """Whether turns of this session, filed by the scope's tenant, wait in the queue."""
         ...
 
     def enqueue_turn_locked(self, request: TurnRequest) -> Admission:

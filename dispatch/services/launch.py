@@ -10,8 +10,9 @@ For one batch:
    any transaction) while counting the profile's active runs, launching, and committing
    the completions: no two workers can both see the last free slot. A profile without a
    limit has no slot to race for and takes no fence, so its batches run in parallel;
-3. over capacity → the intent is given back, due after a short wait, its attempt not
-   counted; a launch error → retry with backoff, or terminalise after the last attempt;
+3. over capacity, or over its tenant's share of it (`capacity`) → the intent is given
+   back, due after a short wait, its attempt not counted; a launch error → retry with
+   backoff, or terminalise after the last attempt;
 4. the batch's runner keys are issued in one INSERT, then each claim is launched;
 5. the launched intents are completed in one set-based transaction; a claim refused as
    stale (its run was cancelled meanwhile) gets its launch aborted and its key revoked.
@@ -36,7 +37,6 @@ from agentrun.leases import lease_owner
 from agentrun.locks import LockKey, advisory_session_lock
 from agentrun.metrics import count_dispatch
 from agentrun.models import ApiKey
-from dispatch import selectors
 from dispatch.launchers import (
     Launched,
     Launcher,
@@ -45,6 +45,7 @@ from dispatch.launchers import (
     default_launchers,
     launcher_for,
 )
+from dispatch.services.capacity import within_capacity
 from dispatch.services.claims import (
     Completion,
     IntentClaim,
@@ -100,7 +101,7 @@ def dispatch_batch(
             _dispatch(group, launchers, counts)
             continue
         with advisory_session_lock(LockKey.RUNNER_CREATE, profile):
-            to_launch, waiting = _within_capacity(profile, group)
+            to_launch, waiting = within_capacity(profile, group)
             _defer(profile, waiting, counts)
             _dispatch(to_launch, launchers, counts)
     count_dispatch(counts.as_dict())  # every transaction of the batch has committed
@@ -131,30 +132,6 @@ def _dispatch(
         logger.info("dispatch: %s; aborting %s", error.message, refused.launched.job_name)
         _revoke([keys[refused.claim.id]])
         _abort(refused.launched, launchers)
-
-
-def _within_capacity(
-    profile: str, claims: list[IntentClaim]
-) -> tuple[list[IntentClaim], list[IntentClaim]]:
-    """Split claims into those that fit the profile's free slots and those that wait. A
-    run that already holds a runner takes no new slot. Read under the fence."""
-    limit = selectors.max_concurrent_runs(profile)
-    if limit is None:
-        return claims, []
-    active_count, holding = selectors.active_runs(
-        profile=profile, among=[claim.run_id for claim in claims]
-    )
-    free = limit - active_count
-    fits, waits = [], []
-    for claim in claims:
-        if claim.run_id not in holding and free <= 0:
-            waits.append(claim)
-            continue
-        if claim.run_id not in holding:
-            holding.add(claim.run_id)
-            free -= 1
-        fits.append(claim)
-    return fits, waits
 
 
 def _launch_all(

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentrun import conf
+from agentrun.tenancy import Scope
 from queues.models import QueueTask
 from queues.selectors import has_queued_turns, queue_position
 from queues.services.tasks import TaskSpec, create_task_locked
@@ -32,6 +33,9 @@ class QueuedTurn:
 
 
 def session_lane(session_id: str) -> str:
+    """The `lane` label of a session's queued turns. A label only: every read of it is
+    within one tenant's tasks, and what holds a turn back (the claim, `has_queued_turns`,
+    `queue_position`) matches the task's tenant as well as the session id."""
     return f"session:{session_id}"
 
 
@@ -73,8 +77,8 @@ def enqueue_session_turn_locked(request: TurnRequest) -> QueuedTurn:
 class SessionTurnQueue:
     """`sessions.turn_queue.TurnQueue`, for admission's `when_busy=enqueue`."""
 
-    def has_queued_turns(self, session_id: str) -> bool:
-        return has_queued_turns(session_id)
+    def has_queued_turns(self, *, scope: Scope, session_id: str) -> bool:
+        return has_queued_turns(scope=scope, session_id=session_id)
 
     def enqueue_turn_locked(self, request: TurnRequest) -> Admission:
         queued = enqueue_session_turn_locked(request)

@@ -363,7 +363,9 @@ class RunnerViewSet(viewsets.ViewSet):
         if api_key.is_runner:
             # A runner key registers runners for its own run only.
             data["run_id"] = api_key.run_id
-        runner = runners.register_runner(runner_id=data.pop("id", None), **data)
+        runner = runners.register_runner(
+            scope=api.request_scope(request), runner_id=data.pop("id", None), **data
+        )
         return Response(s.RunnerOut(runner).data, status=status.HTTP_200_OK)
 
 

@@ -233,7 +233,7 @@ def heartbeat_run(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: in
             Lease.objects.filter(run=run).update(
                 lease_expires_at=run.lease_expires_at, updated_at=now
             )
-            Runner.objects.filter(pk=runner_id).update(heartbeat_at=now)
+            Runner.objects.filter(pk=runner_id, tenant_id=run.tenant_id).update(heartbeat_at=now)
     if refusal:
         raise refusal
     return run

@@ -13,12 +13,14 @@ from agentrun.errors import conflict, not_found
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.redaction import redact_json
+from agentrun.tenancy import Scope
 from runs.locks import lock_run, lock_runner_job
 from runs.models import Run, Runner, RunnerJob
 
 
 def register_runner(
     *,
+    scope: Scope,
     runner_id: str | None,
     run_id: str | None = None,
     attempt_id: str | None = None,
@@ -27,35 +29,52 @@ def register_runner(
     source_commit: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Runner:
-    """Register or refresh a runner (seed `registerRunner`): an upsert by id.
+    """Register or refresh a runner (seed `registerRunner`): an upsert by id within a tenant.
 
-    Metadata is redacted. `registered_at` is kept from the first registration.
+    The runner belongs to its run's tenant (or the caller's). Metadata is redacted;
+    `registered_at` is kept from the first registration. Locks: the runner row. Errors:
+    404 a run outside `scope`; 409 `runner_id_taken` when the id is another tenant's
+    runner (its record is left as it was).
     """
     now = timezone.now()
+    fields = {
+        "run_id": run_id,
+        "attempt_id": attempt_id,
+        "backend_profile": backend_profile,
+        "placement": placement,
+        "source_commit": source_commit,
+        "metadata": redact_json(metadata or {}),
+        "heartbeat_at": now,
+    }
+    runner_id = runner_id or new_id("runner")
     with transaction.atomic(durable=True):
-        runner, _ = Runner.objects.update_or_create(
-            id=runner_id or new_id("runner"),
-            defaults={
-                "run_id": run_id,
-                "attempt_id": attempt_id,
-                "backend_profile": backend_profile,
-                "placement": placement,
-                "source_commit": source_commit,
-                "metadata": redact_json(metadata or {}),
-                "heartbeat_at": now,
-            },
-            create_defaults={
-                "run_id": run_id,
-                "attempt_id": attempt_id,
-                "backend_profile": backend_profile,
-                "placement": placement,
-                "source_commit": source_commit,
-                "metadata": redact_json(metadata or {}),
-                "heartbeat_at": now,
-                "registered_at": now,
-            },
+        tenant_id = _tenant_of_registration(scope, run_id)
+        # Insert-or-nothing, then an UPDATE guarded by the tenant: concurrent first
+        # registrations of one id never both insert, and no read-then-write window opens.
+        Runner.objects.bulk_create(
+            [Runner(id=runner_id, tenant_id=tenant_id, registered_at=now, **fields)],
+            ignore_conflicts=True,
         )
-    return runner
+        rows = Runner.objects.filter(pk=runner_id)
+        if scope.is_operator:
+            rows.update(**fields, **({"tenant_id": tenant_id} if tenant_id else {}))
+        elif not rows.filter(tenant_id=tenant_id).update(**fields):
+            raise conflict(
+                f"runner id {runner_id!r} is registered to another tenant",
+                code="runner_id_taken",
+            )
+        return rows.get()
+
+
+def _tenant_of_registration(scope: Scope, run_id: str | None) -> str | None:
+    """The tenant a registration is for: its run's (which must be in scope), else the
+    caller's (none for the operator)."""
+    if run_id is None:
+        return scope.tenant_id
+    run = scope.filter(Run.objects.filter(pk=run_id), run_field="id").first()
+    if run is None and not scope.is_operator:
+        raise not_found("run", run_id)
+    return run.tenant_id if run is not None else None
 
 
 @dataclass(frozen=True)

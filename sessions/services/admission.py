@@ -33,6 +33,7 @@ from django.utils import timezone
 from agentrun.errors import AgentRunError, conflict
 from agentrun.hashing import stable_hash
 from agentrun.locks import LockKey, advisory_xact_lock
+from agentrun.tenancy import Scope
 from dispatch import intents
 from dispatch.selectors import intent_of
 from runs.locks import lock_command, lock_run
@@ -97,7 +98,10 @@ def _admit_locked(
         decided = _decide_busy(request, active, events)
         if decided is not None:
             return decided
-    if request.when_busy == "enqueue" and turn_queue().has_queued_turns(request.session_id):
+    scope = Scope.tenant(request.tenant_id)
+    if request.when_busy == "enqueue" and turn_queue().has_queued_turns(
+        scope=scope, session_id=request.session_id
+    ):
         return turn_queue().enqueue_turn_locked(request)  # behind the turns already waiting
     return _create_turn(request, events, session=active.session if active else None)
 

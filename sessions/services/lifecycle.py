@@ -2,8 +2,10 @@
 `refreshSessionStorage`, `markSessionStorageEvicted`, `listGcExpiredSessions`).
 
 Each is one transaction holding the session row lock; visible changes take a new global
-version. Storage GC deletes a `local` session directory only under the configured
-storage root, then records the eviction.
+version. A `local` session's storage lives in its own directory,
+`<AGENTRUN_SESSION_STORAGE_ROOT>/<tenant_id>/<session_id>` (issue 16): a client may name
+a path inside it and nothing else, and storage GC deletes only that directory (derived
+from the ids, never from the path the client sent), then records the eviction.
 """
 
 from __future__ import annotations
@@ -94,13 +96,20 @@ class StorageFacts:
 
 
 def refresh_session_storage(*, session_id: str, scope: Scope, facts: StorageFacts) -> Session:
-    """Record where a session's state lives and how big it is."""
+    """Record where a session's state lives and how big it is.
+
+    Errors: 400 a `local` path outside the session's own directory (after resolving `..`
+    and symlinks), 400 a rollout subdir that is not a plain relative path."""
     if facts.storage_kind == StorageKind.LOCAL and not facts.storage_path:
         raise invalid("storage_path: required for local storage", field="storage_path")
     if facts.storage_kind == StorageKind.PVC and not facts.storage_pvc_name:
         raise invalid("storage_pvc_name: required for pvc storage", field="storage_pvc_name")
+    if facts.codex_rollout_subdir is not None:
+        _check_relative(facts.codex_rollout_subdir, field="codex_rollout_subdir")
     with transaction.atomic(durable=True):
         session = _locked_for(session_id, scope)
+        if facts.storage_kind == StorageKind.LOCAL:
+            _check_confined(session, facts.storage_path or "")
         values = {k: v for k, v in facts.__dict__.items() if k != "codex_rollout_subdir"}
         for name, value in values.items():
             setattr(session, name, value)
@@ -155,14 +164,13 @@ def gc_expired_local_storage(*, limit: int = 100, dry_run: bool = False) -> dict
     keeps its storage, and a crash in between leaves a directory behind (its path stays on
     the evicted row), never a live session without its directory.
     """
-    root = conf.session_storage_root().resolve()
     now = timezone.now()
     pvc_pending = Session.objects.filter(storage_kind=StorageKind.PVC, expires_at__lte=now)
     counts = {"evicted": 0, "skipped_outside_root": 0, "pvc_pending": pvc_pending.count()}
-    for session_id, storage_path in _expired_local_candidates(now):
+    for session_id, tenant_id, storage_path in _expired_local_candidates(now):
         if counts["evicted"] >= limit:
             break
-        path = _under_root(root, storage_path)
+        path = _own_directory_holding(tenant_id, session_id, storage_path)
         if path is None:
             counts["skipped_outside_root"] += 1
             continue
@@ -174,18 +182,60 @@ def gc_expired_local_storage(*, limit: int = 100, dry_run: bool = False) -> dict
     return counts
 
 
-def _expired_local_candidates(now: datetime) -> list[tuple[str, str | None]]:
+def _expired_local_candidates(now: datetime) -> list[tuple[str, str, str | None]]:
     expired = Session.objects.filter(storage_kind=StorageKind.LOCAL, expires_at__lte=now)
-    return list(expired.order_by("updated_at", "session_id").values_list("pk", "storage_path"))
+    ordered = expired.order_by("updated_at", "session_id")
+    return list(ordered.values_list("pk", "tenant_id", "storage_path"))
 
 
-def _under_root(root: Path, storage_path: str | None) -> Path | None:
-    """The resolved directory if it lies strictly inside `root` (symlinks and `..` resolved
-    first), else None."""
-    if not storage_path or not Path(storage_path).is_absolute():
+def session_storage_dir(tenant_id: str, session_id: str) -> Path | None:
+    """The one directory a session's local storage may use, or None when an id is not a
+    single path segment or the directory is a symlink (either could point elsewhere)."""
+    if not (_is_segment(tenant_id) and _is_segment(session_id)):
         return None
-    path = Path(storage_path).resolve()
-    return path if root in path.parents else None
+    directory = conf.session_storage_root().resolve() / tenant_id / session_id
+    return directory if directory.resolve() == directory else None
+
+
+def _is_segment(name: str) -> bool:
+    return bool(name) and name not in {".", ".."} and not any(c in name for c in "/\\\0")
+
+
+def _confined(directory: Path, storage_path: str) -> bool:
+    """`storage_path` is absolute, has no `..`, and resolves (symlinks followed) to
+    `directory` or below it."""
+    path = Path(storage_path)
+    if "\0" in storage_path or not path.is_absolute() or ".." in path.parts:
+        return False
+    resolved = path.resolve()
+    return resolved == directory or directory in resolved.parents
+
+
+def _check_confined(session: Session, storage_path: str) -> None:
+    directory = session_storage_dir(session.tenant_id, session.session_id)
+    if directory is None or not _confined(directory, storage_path):
+        raise invalid(
+            "storage_path: must be an absolute path without '..' inside the session's "
+            "storage directory (<storage root>/<tenant id>/<session id>)",
+            field="storage_path",
+        )
+
+
+def _check_relative(subdir: str, *, field: str) -> None:
+    path = Path(subdir)
+    if not subdir or "\0" in subdir or path.is_absolute() or ".." in path.parts:
+        raise invalid(f"{field}: must be a relative path without '..'", field=field)
+
+
+def _own_directory_holding(
+    tenant_id: str, session_id: str, storage_path: str | None
+) -> Path | None:
+    """The session's own directory if its recorded path still lies inside it (checked again:
+    a symlink may have appeared since), else None: GC never deletes anything else."""
+    directory = session_storage_dir(tenant_id, session_id)
+    if directory is None or not storage_path or not _confined(directory, storage_path):
+        return None
+    return directory
 
 
 def _evict_if_still_expired(session_id: str, storage_path: str | None, *, now: datetime) -> bool:

@@ -15,7 +15,11 @@ from outbox.models import KafkaEventOutbox
 from queues.models import QueueTask
 from runs.models import CancelRequest, Event, Run
 from sessions.models import Session, SessionReadCursor
-from sessions.services.lifecycle import StorageFacts, refresh_session_storage
+from sessions.services.lifecycle import (
+    StorageFacts,
+    refresh_session_storage,
+    session_storage_dir,
+)
 from tests.ops.world import World, build_world
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,7 +105,10 @@ def test_evict_storage_marks_it_evicted_once(staff: Client, world: World, tmp_pa
     refresh_session_storage(
         session_id=session.pk,
         scope=Scope.operator(),
-        facts=StorageFacts(storage_kind="local", storage_path=str(tmp_path)),
+        facts=StorageFacts(
+            storage_kind="local",
+            storage_path=str(session_storage_dir(session.tenant_id, session.pk)),
+        ),
     )
     page = act(staff, "/admin/agent_sessions/session/", "evict_session_storage", [session.pk])
     evicted = Session.objects.get(pk=session.pk)

@@ -14,6 +14,7 @@ from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from agentrun.auth import issue_api_key
+from agentrun.tenancy import Scope
 from dispatch.models import RunnerDispatchIntent
 from dispatch.services.launch import dispatch_batch
 from outbox.kafka import DeliveryFailure
@@ -62,7 +63,9 @@ def build_world() -> World:
     """Every registered model gets rows; see `World` for the ones tests act on."""
     turn = admit("sess-op-1", "summarise the repo")
     claimed = claim_run(run_id=turn.run.id, runner_id=RUNNER, lease_ms=600_000)
-    register_runner(runner_id=RUNNER, run_id=claimed.id, backend_profile="scripted")
+    register_runner(
+        scope=Scope.operator(), runner_id=RUNNER, run_id=claimed.id, backend_profile="scripted"
+    )
     append_logs(claimed, 3)
     dispatched, retrying, pending = _intents()
     running_task = file_task(title="fix the flaky test", priority=5)

@@ -18,6 +18,7 @@ from sessions.services.lifecycle import (
     StorageFacts,
     mark_session_read,
     refresh_session_storage,
+    session_storage_dir,
     upsert_session,
 )
 from tests.api.helpers import error_of
@@ -75,7 +76,8 @@ def _change(writer: int, step: int) -> None:
     elif kind == 1:
         _finish_active_turn(session_id, runner_id=f"runner-{writer}")
     elif kind == 2:
-        facts = StorageFacts(storage_kind="local", storage_path=f"/tmp/{session_id}/{step}")
+        path = f"{session_storage_dir('tenant-a', session_id)}/{step}"
+        facts = StorageFacts(storage_kind="local", storage_path=path)
         refresh_session_storage(session_id=session_id, scope=Scope.tenant("tenant-a"), facts=facts)
     else:
         fields = SessionFields(

@@ -1,4 +1,5 @@
-"""`manage.py gc_sessions`: expired local storage under the root is deleted and evicted."""
+"""`manage.py gc_sessions`: an expired session's own storage directory
+(`<root>/<tenant>/<session>`) is deleted and evicted, nothing else."""
 
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def _stored_session(session_id: str, path: Path, *, expired: bool = True, kind: 
     )
 
 
+def _legacy_row(session_id: str, path: Path | str) -> None:
+    """An expired local session whose path was recorded before paths were confined."""
+    idle_session(session_id, expires_at=timezone.now() - timedelta(hours=1))
+    Session.objects.filter(pk=session_id).update(storage_kind="local", storage_path=str(path))
+
+
 def _gc(*args: str) -> str:
     out = StringIO()
     call_command("gc_sessions", *args, stdout=out)
@@ -55,7 +62,7 @@ def _gc(*args: str) -> str:
 
 
 def test_gc_deletes_an_expired_local_dir_under_the_root_and_evicts_its_session(root: Path) -> None:
-    directory = _session_dir(root / "s-gc")
+    directory = _session_dir(root / "tenant-a" / "s-gc")
     before = _stored_session("s-gc", directory)
     output = _gc()
     assert output.startswith("evicted 1 expired local session dirs"), output
@@ -68,9 +75,9 @@ def test_gc_deletes_an_expired_local_dir_under_the_root_and_evicts_its_session(r
 def test_gc_never_deletes_a_path_outside_the_root(root: Path, tmp_path: Path) -> None:
     outside = _session_dir(tmp_path / "elsewhere" / "s-out")
     escaping = _session_dir(tmp_path / "escaping")
-    _stored_session("s-out", outside)
-    _stored_session("s-escape", root / ".." / "escaping")
-    _stored_session("s-root", root)  # the root itself is not a session's directory
+    _legacy_row("s-out", outside)
+    _legacy_row("s-escape", root / "tenant-a" / "s-escape" / ".." / ".." / ".." / "escaping")
+    _legacy_row("s-root", root)  # the root itself is not a session's directory
     report = json.loads(_gc("--json"))
     assert report == {"evicted": 0, "skipped_outside_root": 3, "pvc_pending": 0, "dry_run": False}
     assert outside.exists() and escaping.exists() and root.exists()
@@ -78,14 +85,14 @@ def test_gc_never_deletes_a_path_outside_the_root(root: Path, tmp_path: Path) ->
 
 
 def test_gc_leaves_unexpired_storage_alone(root: Path) -> None:
-    directory = _session_dir(root / "s-fresh")
+    directory = _session_dir(root / "tenant-a" / "s-fresh")
     _stored_session("s-fresh", directory, expired=False)
     assert json.loads(_gc("--json"))["evicted"] == 0
     assert directory.exists() and session("s-fresh").storage_kind == "local"
 
 
 def test_a_dry_run_counts_and_changes_nothing(root: Path) -> None:
-    directory = _session_dir(root / "s-dry")
+    directory = _session_dir(root / "tenant-a" / "s-dry")
     before = _stored_session("s-dry", directory)
     output = _gc("--dry-run")
     assert output.startswith("would evict 1 expired local session dirs"), output
@@ -104,8 +111,8 @@ def test_gc_makes_progress_past_storage_it_cannot_delete(root: Path, tmp_path: P
     """Expired PVCs and outside-root paths are never changed, so they stay the oldest: the
     limit counts evictions, or they would starve the local dirs behind them forever."""
     _stored_session("s-old-pvc", root, kind="pvc")
-    _stored_session("s-old-outside", _session_dir(tmp_path / "outside"))
-    directory = _session_dir(root / "s-young")
+    _legacy_row("s-old-outside", _session_dir(tmp_path / "outside"))
+    directory = _session_dir(root / "tenant-a" / "s-young")
     _stored_session("s-young", directory)
     report = json.loads(_gc("--limit", "1", "--json"))
     assert report["evicted"] == 1
@@ -119,10 +126,12 @@ def test_gc_spares_a_session_whose_storage_was_refreshed_meanwhile(
     the eviction: the eviction is decided under the session lock, so nothing is deleted."""
     from sessions.services import lifecycle
 
-    old_dir = _session_dir(root / "s-moved-old")
-    new_dir = _session_dir(root / "s-moved-new")
+    old_dir = _session_dir(root / "tenant-a" / "s-moved" / "old")
+    new_dir = _session_dir(root / "tenant-a" / "s-moved" / "new")
     _stored_session("s-moved", old_dir)
-    listed = list(Session.objects.filter(pk="s-moved").values_list("pk", "storage_path"))
+    listed = list(
+        Session.objects.filter(pk="s-moved").values_list("pk", "tenant_id", "storage_path")
+    )
     Session.objects.filter(pk="s-moved").update(
         storage_path=str(new_dir), expires_at=timezone.now() + timedelta(days=1)
     )

@@ -8,6 +8,7 @@ import pytest
 
 from runs.models import Run
 from sessions.models import Session
+from sessions.services.lifecycle import session_storage_dir
 from tests.api.helpers import error_of
 from tests.builders import key_client
 from tests.runs.threads import race
@@ -79,7 +80,7 @@ def test_storage_refresh_records_local_facts_and_bumps_the_version() -> None:
     idle = idle_session("s-store")
     body = {
         "storage_kind": "local",
-        "storage_path": "/var/agentrun/sessions/s-store",
+        "storage_path": str(session_storage_dir("tenant-a", "s-store")),
         "storage_size_bytes": 2048,
         "storage_files_count": 3,
         "storage_sha256": SHA,
@@ -133,7 +134,7 @@ def test_evicting_storage_marks_it_evicted_with_a_new_version() -> None:
     api = key_client(role="client")
     stored = api.put(
         f"{API}/sessions/s-evict/storage",
-        {"storage_kind": "local", "storage_path": "/tmp/s-evict"},
+        {"storage_kind": "local", "storage_path": str(session_storage_dir("tenant-a", "s-evict"))},
         format="json",
     ).json()
     response = api.post(f"{API}/sessions/s-evict/storage/evict", {}, format="json")

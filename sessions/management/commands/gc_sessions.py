@@ -1,5 +1,8 @@
 """`manage.py gc_sessions [--limit N] [--dry-run] [--json]`: delete expired local session
-storage under `AGENTRUN_SESSION_STORAGE_ROOT` and mark it evicted.
+storage and mark it evicted. Only a session's own directory,
+`<AGENTRUN_SESSION_STORAGE_ROOT>/<tenant id>/<session id>`, is ever deleted (issue 16): a
+recorded path outside it (another tenant's storage, a symlink out) is counted as
+`skipped_outside_root` and left alone.
 
 PVC storage is only counted here; the Kubernetes launcher deletes it (the dispatch issue).
 """
@@ -15,7 +18,7 @@ from sessions.services.lifecycle import gc_expired_local_storage
 
 
 class Command(BaseCommand):
-    help = "Delete expired local session directories under the storage root; mark them evicted."
+    help = "Delete expired sessions' own storage directories; mark them evicted."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -37,6 +40,6 @@ class Command(BaseCommand):
         verb = "would evict" if dry_run else "evicted"
         self.stdout.write(
             f"{verb} {counts['evicted']} expired local session dirs; "
-            f"skipped {counts['skipped_outside_root']} outside the storage root; "
+            f"skipped {counts['skipped_outside_root']} outside their session's directory; "
             f"{counts['pvc_pending']} expired PVCs left to the Kubernetes launcher"
         )

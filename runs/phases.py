@@ -9,8 +9,8 @@ new phase nobody reads. `Phase` names every phase a server module writes, and
 Runners post their own phases (thread and turn milestones, approvals). `runner/` may not
 import a server package (SPEC §9.1), so it spells them in `runner/phases.py`; the same test
 checks that set against `RUNNER_PHASES` here, and that no runner phase collides with a
-server one. The server stores a runner's phases as given: the set documents, it does not
-filter.
+server one. A runner may not post a server phase (`SERVER_PHASES`: a 400); its own phases are
+stored as given.
 
 Django-free on purpose (nothing here needs it), so the test and any client can import it.
 """
@@ -75,3 +75,6 @@ RUNNER_PHASES = frozenset(
         "server-request-answered",
     }
 )
+
+# What only the server writes: a runner posting one of these is a 400 (issue 16, finding 7).
+SERVER_PHASES = frozenset(phase.value for phase in Phase) - RUNNER_PHASES

@@ -32,6 +32,7 @@ from runs.models import (
     RunnerJob,
     RunStatus,
 )
+from runs.phases import SERVER_PHASES
 from runs.policy import check_execution_policy
 from runs.services.event_log import NewEvent
 from runs.services.lifecycle import RunSpec
@@ -198,6 +199,16 @@ class EventIn(StrictSerializer):
     payload = BoundedJSONObjectField(max_bytes=EVENT_PAYLOAD_MAX, required=False, default=dict)
 
 
+def _refuse_server_phase(item: dict[str, Any], *, field: str) -> None:
+    """A runner's `backend_status` may not claim a phase only the server writes (a forged
+    `command-terminal` would read as the server's word in the run's history)."""
+    phase = (item.get("payload") or {}).get("phase")
+    if item.get("type") == "backend_status" and phase in SERVER_PHASES:
+        raise serializers.ValidationError(
+            {field: [f"phase {phase!r} is written by the server, not by a runner"]}
+        )
+
+
 class EventAppendIn(RunnerWriteIn):
     """One event (`type`, `payload`) or a batch (`events`), appended atomically."""
 
@@ -215,6 +226,9 @@ class EventAppendIn(RunnerWriteIn):
             )
         if not single and "payload" in attrs:
             raise serializers.ValidationError({"payload": ["payload goes inside each event"]})
+        items = [attrs] if single else attrs["events"]
+        for index, item in enumerate(items):
+            _refuse_server_phase(item, field="payload" if single else f"events.{index}.payload")
         return attrs
 
     def new_events(self) -> list[NewEvent]:

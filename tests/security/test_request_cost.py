@@ -57,8 +57,10 @@ def test_a_deeply_nested_event_batch_is_a_400_and_writes_nothing() -> None:
 
 
 def test_a_body_within_the_depth_limit_is_accepted() -> None:
-    # run_body nests 2 levels around the policy value: the whole body is at the limit.
-    body = run_body(execution_policy={"x": _nested(MAX_JSON_DEPTH - 2)})
+    # run_body nests 3 levels around the metadata value: the whole body is at the limit.
+    body = run_body(
+        session_ref={"session_id": "s-depth", "metadata": {"x": _nested(MAX_JSON_DEPTH - 3)}}
+    )
     response = key_client(role="client").post(f"{API}/runs", body, format="json")
     assert response.status_code == 201, response.content[:300]
 

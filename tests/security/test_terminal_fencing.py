@@ -1,6 +1,8 @@
 """Write fencing after a run ends, as a runner (or someone holding its key) tries it: output
 posted to a completed or reaper-failed run, under the claiming runner's id or another one,
-is a 409 `run_terminal` and a recorded `late-write-rejected` event; nothing a runner sends
+is refused: the run's own key is revoked with its end (a 401 that changes nothing), and a
+key still valid meets the terminal fence, a 409 `run_terminal` and a recorded
+`late-write-rejected` event; nothing a runner sends
 appears after the run's `terminal_status`, and a terminal report that disagrees with how
 the run ended is recorded, not applied."""
 
@@ -52,7 +54,11 @@ def test_output_to_a_completed_run_is_refused_from_any_runner_id() -> None:
         format="json",
     )
     assert finished.status_code == 200, finished.content
-    _assert_refused_and_recorded(run, runner, ["runner-1", "someone-else"])
+    # The run's key died with it (a 401 that changes nothing); a key that is still valid
+    # (issued in the race with the end) meets the terminal fence: a 409, recorded.
+    assert _post_output(runner, run, "runner-1").status_code == 401
+    assert _after_terminal_status(run) == []
+    _assert_refused_and_recorded(run, runner_for(run), ["runner-1", "someone-else"])
 
 
 def test_output_to_a_reaper_failed_run_is_refused_and_its_late_finish_recorded() -> None:
@@ -78,7 +84,7 @@ def test_a_heartbeat_to_an_ended_run_extends_nothing() -> None:
     runner.post(
         f"{API}/runs/{run.id}/finish", {**fencing(run), "terminal_status": "completed"}, "json"
     )
-    beat = runner.post(f"{API}/runs/{run.id}/heartbeat", fencing(run), format="json")
+    beat = runner_for(run).post(f"{API}/runs/{run.id}/heartbeat", fencing(run), format="json")
     assert beat.status_code == 200 and beat.json()["status"] == "completed"
     ended = Run.objects.get(pk=run.pk)
     assert ended.lease_expires_at is None or ended.claimed_by is None

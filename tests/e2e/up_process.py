@@ -41,8 +41,11 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
 
 
 class UpProcess:
-    def __init__(self, data_dir: Path, env: Mapping[str, str | None]) -> None:
+    def __init__(
+        self, data_dir: Path, env: Mapping[str, str | None], python: str = sys.executable
+    ) -> None:
         self.data_dir = data_dir
+        self.python = python  # another venv's interpreter: tests/e2e/test_runtime_install.py
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         unset = ("DATABASE_URL", "CELERY_BROKER_URL")  # embedded defaults unless `env` names them
@@ -57,7 +60,7 @@ class UpProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, str(ROOT / "manage.py"), "up"],
+                [self.python, str(ROOT / "manage.py"), "up"],
                 env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         wait_for(self.is_ready, ready_timeout, f"`up` to be ready (log: {self.log_path})", 0.2)

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.contrib.auth.backends import ModelBackend
 from django.core.cache import cache
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from agentrun import errors  # the module: errors imports DRF, which imports auth
 
@@ -80,3 +80,20 @@ class ThrottledModelBackend(ModelBackend):
         if user is None:
             record_key_failure(request, kind="login")
         return user
+
+
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """The admin's login page, answering 429 with `Retry-After` to a login attempt from an
+    address past the limit of failed logins (the backend above refuses it anyway; the
+    status tells a person, and a guesser, to stop rather than to keep guessing)."""
+    from django.contrib import admin  # the admin site is configured once apps are ready
+
+    retry_after = _over_limit(request, "login") if request.method == "POST" else None
+    if retry_after is not None:
+        return HttpResponse(
+            "Too many failed logins from this address; try again later.\n",
+            status=429,
+            content_type="text/plain",
+            headers={"Retry-After": str(retry_after)},
+        )
+    return admin.site.login(request)

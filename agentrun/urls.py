@@ -9,10 +9,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from agentrun import health
+from agentrun import health, throttle
 
 urlpatterns = [
     path("", include("ops.urls")),  # /admin/status/ and /metrics, before the admin's catch-all
+    path("admin/login/", throttle.admin_login),  # 429 past the failed-login limit
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

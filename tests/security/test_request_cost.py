@@ -102,4 +102,6 @@ def test_guessing_admin_passwords_is_throttled_even_for_the_right_one() -> None:
     for attempt in range(MAX_KEY_FAILURES):
         assert not login(f"guess-{attempt}")
     assert not login("right-password-1")  # the guesser cannot confirm a hit
+    refused = browser.post("/admin/login/", {"username": "root", "password": "x"})
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
     assert login("right-password-1", address="10.0.0.9")

@@ -47,6 +47,11 @@ RETRYABLE_TASK_STATES = frozenset({TaskState.FAILED, TaskState.BLOCKED})
 ACTIVE_ATTEMPT_STATES = (AttemptState.RESERVED, AttemptState.RUNNING)
 
 
+def state_check(states: type[models.TextChoices], name: str) -> models.CheckConstraint:
+    """The seed's CHECK that a row's `state` is one of its enum's values."""
+    return models.CheckConstraint(condition=models.Q(state__in=states.values), name=name)
+
+
 class QueueTask(models.Model):
     id = models.TextField(primary_key=True)
     tenant_id = models.TextField()
@@ -86,10 +91,7 @@ class QueueTask(models.Model):
                 condition=models.Q(idempotency_key__isnull=False),
                 name="agentrun_queue_tasks_idempotency_idx",
             ),
-            models.CheckConstraint(
-                condition=models.Q(state__in=TaskState.values),
-                name="agentrun_queue_tasks_state_check",
-            ),
+            state_check(TaskState, "agentrun_queue_tasks_state_check"),
         ]
         indexes = [
             # The seed's list and change-feed indexes (names shortened to Django's 30).
@@ -186,10 +188,7 @@ class QueueAttempt(models.Model):
                 condition=models.Q(retry_index__gte=0),
                 name="agentrun_queue_attempts_retry_index_check",
             ),
-            models.CheckConstraint(
-                condition=models.Q(state__in=AttemptState.values),
-                name="agentrun_queue_attempts_state_check",
-            ),
+            state_check(AttemptState, "agentrun_queue_attempts_state_check"),
         ]
         indexes = [
             models.Index(

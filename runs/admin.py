@@ -30,7 +30,18 @@ from agentrun.admin_console import (
     short_json,
 )
 from queues.projection import task_id_of
-from runs.models import Backend, CancelRequest, Command, Event, Lease, Run, Runner, RunnerJob
+from runs.models import (
+    CANCEL_MARK_FIELDS,
+    RUN_OUTCOME_FIELDS,
+    Backend,
+    CancelRequest,
+    Command,
+    Event,
+    Lease,
+    Run,
+    Runner,
+    RunnerJob,
+)
 from runs.services.cancellation import cancel_run
 
 RECENT = 50
@@ -98,16 +109,11 @@ class RunAdmin(OperatorActionsMixin, BigTableAdmin):
             "Outcome and claim",
             {
                 "fields": [
-                    "terminal_status",
-                    "failure_kind",
-                    "failure_message",
+                    *RUN_OUTCOME_FIELDS,
                     "claimed_by",
                     "lease_expires_at",
                     "lease_epoch",
-                    "cancel_epoch",
-                    "cancel_request_id",
-                    "cancel_requested_at",
-                    "cancel_reason",
+                    *CANCEL_MARK_FIELDS,
                     "created_at",
                     "updated_at",
                 ]

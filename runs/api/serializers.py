@@ -19,6 +19,8 @@ from agentrun.validation import (
 )
 from dispatch.intents import dispatch_request_errors
 from runs.models import (
+    CANCEL_MARK_FIELDS,
+    RUN_OUTCOME_FIELDS,
     RUNNER_EVENT_TYPE_CHOICES,
     TERMINAL_RUN_STATUSES,
     Backend,
@@ -286,16 +288,11 @@ class RunOut(serializers.ModelSerializer[Run]):
             "execution_policy",
             "trace_sink",
             "status",
-            "terminal_status",
-            "failure_kind",
-            "failure_message",
+            *RUN_OUTCOME_FIELDS,
             "claimed_by",
             "lease_expires_at",
             "lease_epoch",
-            "cancel_epoch",
-            "cancel_request_id",
-            "cancel_requested_at",
-            "cancel_reason",
+            *CANCEL_MARK_FIELDS,
             "created_at",
             "updated_at",
         ]
@@ -376,10 +373,7 @@ class CommandOut(serializers.ModelSerializer[Command]):
             "created_at",
             "updated_at",
             "acknowledged_at",
-            "cancel_epoch",
-            "cancel_request_id",
-            "cancel_requested_at",
-            "cancel_reason",
+            *CANCEL_MARK_FIELDS,
             "dispatch_intent",
         ]
 

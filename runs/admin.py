@@ -25,6 +25,7 @@ from agentrun.admin_console import (
     RunLinkColumn,
     changelist_link,
     link,
+    link_column,
     links,
     recent_table,
     short_json,
@@ -138,9 +139,7 @@ class RunAdmin(OperatorActionsMixin, BigTableAdmin):
         ("Events", {"fields": ["recent_events"]}),
     ]
 
-    @admin.display(description="session")
-    def session(self, run: Run) -> SafeString:
-        return link("agent_sessions_session", run.session_id)
+    session = link_column("agent_sessions_session", "session_id", "session")
 
     @admin.display(description="related")
     def related(self, run: Run) -> SafeString:

@@ -59,6 +59,14 @@ def request_scope(request: Request) -> Scope:
     return Scope.of(request_key(request))
 
 
+def cancel_arguments(serializer_class: type[Any], request: Request) -> dict[str, Any]:
+    """Who cancels, within which tenant gate, and why: what every cancel service takes from
+    a cancel endpoint's request (`requested_by` is the key's id, for the audit trail)."""
+    data = body(serializer_class, request).validated_data
+    key_id = request_key(request).id
+    return {"scope": request_scope(request), "reason": data["reason"], "requested_by": key_id}
+
+
 class ObjectViewSet(viewsets.ViewSet):
     """A resource addressed by id: the id in the path is validated like any other input.
     `reserved_pk`: the caller chooses the id (a path that may create the object)."""

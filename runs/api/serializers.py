@@ -147,6 +147,12 @@ class RunnerWriteIn(StrictSerializer):
     runner_id = IdField()
     lease_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
 
+    def fence(self) -> dict[str, Any]:
+        """The token alone (`runner_id`, `lease_epoch`), for a write whose other fields the
+        service takes in another form."""
+        data = self.validated_data
+        return {"runner_id": data["runner_id"], "lease_epoch": data["lease_epoch"]}
+
 
 def _lease_ms_field() -> serializers.IntegerField:
     return serializers.IntegerField(

@@ -32,6 +32,13 @@ from runs.services import cancellation, command_lifecycle, event_log, lifecycle,
 from runs.waiting import await_event, release_connection, reread_slot, wait_for_event
 
 
+def _lease_write(request: Request, pk: str, body_class: type[Any]) -> tuple[str, Any]:
+    """A lease-protocol write's run id (one the key may write: 404 otherwise) and its
+    validated body."""
+    run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
+    return run_id, api.body(body_class, request)
+
+
 def _filter_params(request: Request) -> Any:
     """The run list's filter parameters; any other parameter is a 400 naming it."""
     allowed = {*RunFilter.base_filters, "page", "page_size"}
@@ -245,30 +252,21 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.ClaimIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def claim(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.ClaimIn, request)
-        claimed = lifecycle.claim_run(run_id=run_id, **body.validated_data)
-        return Response(s.RunOut(claimed).data)
+        run_id, body = _lease_write(request, pk, s.ClaimIn)
+        return Response(s.RunOut(lifecycle.claim_run(run_id=run_id, **body.validated_data)).data)
 
     @extend_schema(request=s.HeartbeatIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def heartbeat(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.HeartbeatIn, request)
+        run_id, body = _lease_write(request, pk, s.HeartbeatIn)
         current = lifecycle.heartbeat_run(run_id=run_id, **body.validated_data)
         return Response(s.RunOut(current).data)
 
     @extend_schema(request=s.FinishIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.FinishIn, request)
-        finished = lifecycle.finish_run(
-            run_id=run_id,
-            runner_id=body.validated_data["runner_id"],
-            lease_epoch=body.validated_data["lease_epoch"],
-            result=body.result(),
-        )
+        run_id, body = _lease_write(request, pk, s.FinishIn)
+        finished = lifecycle.finish_run(run_id=run_id, result=body.result(), **body.fence())
         return Response(s.RunOut(finished).data)
 
     @extend_schema(
@@ -311,10 +309,7 @@ class CommandViewSet(api.ObjectViewSet):
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         body = api.body(s.FinishIn, request)
         finished = command_lifecycle.finish_command(
-            command_id=command.id,
-            runner_id=body.validated_data["runner_id"],
-            lease_epoch=body.validated_data["lease_epoch"],
-            result=body.result(),
+            command_id=command.id, result=body.result(), **body.fence()
         )
         return Response(s.CommandOut(finished).data)
 

@@ -8,8 +8,8 @@ from rest_framework import serializers
 
 from agentrun.pagination import MAX_PAGE_SIZE
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
+from agentrun.versions import is_unread
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
-from queues.selectors import is_unread
 from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,

@@ -39,6 +39,19 @@ def _lease_write(request: Request, pk: str, body_class: type[Any]) -> tuple[str,
     return run_id, api.body(body_class, request)
 
 
+def _cancel_reason(request: Request) -> dict[str, Any]:
+    """A cancel's reason (the body's) and who asks (the key, recorded as `requested_by`).
+    The object is looked up first, so one out of scope is a 404 whatever the body."""
+    return {
+        "reason": api.body(s.CancelIn, request).validated_data["reason"],
+        "requested_by": request_key(request).id,
+    }
+
+
+def _receipt(outcome: cancellation.CancelOutcome) -> Response:
+    return Response(s.CancelReceiptOut(outcome).data)
+
+
 def _filter_params(request: Request) -> Any:
     """The run list's filter parameters; any other parameter is a 400 naming it."""
     allowed = {*RunFilter.base_filters, "page", "page_size"}
@@ -179,13 +192,8 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
-        api_key = request_key(request)
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.CancelIn, request)
-        outcome = cancellation.cancel_run(
-            run_id=run.id, reason=body.validated_data["reason"], requested_by=api_key.id
-        )
-        return Response(s.CancelReceiptOut(outcome).data)
+        return _receipt(cancellation.cancel_run(run_id=run.id, **_cancel_reason(request)))
 
     @extend_schema(responses=items_of(s.CancelRequestOut))
     @action(detail=True, methods=["get"], url_path="cancel-requests")
@@ -316,13 +324,9 @@ class CommandViewSet(api.ObjectViewSet):
     @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
-        api_key = request_key(request)
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
-        body = api.body(s.CancelIn, request)
-        outcome = cancellation.cancel_command(
-            command_id=command.id, reason=body.validated_data["reason"], requested_by=api_key.id
-        )
-        return Response(s.CancelReceiptOut(outcome).data)
+        outcome = cancellation.cancel_command(command_id=command.id, **_cancel_reason(request))
+        return _receipt(outcome)
 
     @extend_schema(parameters=[s.CommandEventsQuery], responses=items_of(s.EventOut))
     @action(detail=True, methods=["get"])

@@ -12,6 +12,7 @@ from agentrun.validation import (
     ReservedIdField,
     StrictSerializer,
 )
+from agentrun.versions import is_unread
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
     REF_MAX,
@@ -25,7 +26,7 @@ from runs.api.serializers import (
 from runs.policy import check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
-from sessions.selectors import SESSION_STATES, is_unread
+from sessions.selectors import SESSION_STATES
 from sessions.services.lifecycle import SessionFields, StorageFacts
 from sessions.turns import WHEN_BUSY
 

@@ -298,11 +298,6 @@ class RunViewSet(api.ObjectViewSet):
 
 
 class CommandViewSet(api.ObjectViewSet):
-    @extend_schema(responses=s.CommandOut)
-    def retrieve(self, request: Request, pk: str) -> Response:
-        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
-        return Response(s.CommandOut(command).data)
-
     @extend_schema(request=s.RunnerWriteIn, responses=s.CommandOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def ack(self, request: Request, pk: str) -> Response:
@@ -337,6 +332,11 @@ class CommandViewSet(api.ObjectViewSet):
             run=command.run, command_id=command.id, limit=query["limit"]
         )
         return Response({"items": s.EventOut(items, many=True).data})
+
+    @extend_schema(responses=s.CommandOut)
+    def retrieve(self, request: Request, pk: str) -> Response:
+        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
+        return Response(s.CommandOut(command).data)
 
 
 class RunnerJobViewSet(api.ObjectViewSet):

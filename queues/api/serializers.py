@@ -6,9 +6,9 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentrun.api import UnreadOut
 from agentrun.pagination import MAX_PAGE_SIZE
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
-from agentrun.versions import is_unread
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
 from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
@@ -158,15 +158,10 @@ class AttemptFailureIn(StrictSerializer):
 # ---- output --------------------------------------------------------------------------
 
 
-class TaskOut(serializers.ModelSerializer[QueueTask]):
-    unread = serializers.SerializerMethodField()
-
+class TaskOut(UnreadOut, serializers.ModelSerializer[QueueTask]):
     class Meta:
         model = QueueTask
         exclude: list[str] = []
-
-    def get_unread(self, task: QueueTask) -> bool | None:
-        return is_unread(task)
 
 
 class TaskPageOut(serializers.Serializer[Any]):

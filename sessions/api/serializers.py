@@ -6,13 +6,13 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentrun.api import UnreadOut
 from agentrun.validation import (
     BoundedJSONObjectField,
     IdField,
     ReservedIdField,
     StrictSerializer,
 )
-from agentrun.versions import is_unread
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
     REF_MAX,
@@ -178,15 +178,10 @@ class StorageIn(StrictSerializer):
 # ---- output --------------------------------------------------------------------------
 
 
-class SessionOut(serializers.ModelSerializer[Session]):
-    unread = serializers.SerializerMethodField()
-
+class SessionOut(UnreadOut, serializers.ModelSerializer[Session]):
     class Meta:
         model = Session
         exclude: list[str] = []
-
-    def get_unread(self, session: Session) -> bool | None:
-        return is_unread(session)
 
 
 class SessionPageOut(serializers.Serializer[Any]):

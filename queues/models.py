@@ -28,13 +28,16 @@ class TaskState(models.TextChoices):
 
 
 class AttemptState(models.TextChoices):
+    """A task's states, spelled from TaskState so the two cannot drift apart, and before
+    them `reserved`: a retry waiting to be activated."""
+
     RESERVED = "reserved"
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    BLOCKED = "blocked"
-    CANCELLED = "cancelled"
+    PENDING = TaskState.PENDING.value
+    RUNNING = TaskState.RUNNING.value
+    COMPLETED = TaskState.COMPLETED.value
+    FAILED = TaskState.FAILED.value
+    BLOCKED = TaskState.BLOCKED.value
+    CANCELLED = TaskState.CANCELLED.value
 
 
 # Tasks and attempts share their terminal values, so one set serves both.

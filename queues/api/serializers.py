@@ -14,9 +14,9 @@ from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
     REF_MAX,
+    DispatchField,
     SessionRefIn,
     WorkspaceRefIn,
-    check_dispatch,
 )
 from runs.models import FailureKind
 from runs.policy import check_execution_policy
@@ -62,12 +62,7 @@ class TaskCreateIn(StrictSerializer):
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
     idempotency_key = IdField(required=False, allow_null=True)
     # Queue tasks dispatch a runner by default; `"dispatch": null` asks for none.
-    dispatch = BoundedJSONObjectField(
-        max_bytes=REF_MAX, required=False, allow_null=True, default=dict
-    )
-
-    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return check_dispatch(value)
+    dispatch = DispatchField(default=dict)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         check_execution_policy(

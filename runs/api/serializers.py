@@ -108,21 +108,30 @@ class CancelIn(StrictSerializer):
     reason = serializers.CharField(max_length=2000, required=False, default="cancel requested")
 
 
+class DispatchField(BoundedJSONObjectField):
+    """A client's `dispatch` request (optional, null for none): it names at most a launch
+    profile; a 400 names any other key."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_bytes=REF_MAX, required=False, allow_null=True, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        errors = dispatch_request_errors(value) if value is not None else {}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
 class CommandCreateIn(StrictSerializer):
     type = serializers.ChoiceField(choices=CommandType.choices)
     payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX, required=False, default=dict)
     idempotency_key = IdField(required=False, allow_null=True)
-    dispatch = BoundedJSONObjectField(
-        max_bytes=REF_MAX,
-        required=False,
-        allow_null=True,
+    dispatch = DispatchField(
         default=None,
         help_text="Launch a runner for this command: {} for the default launch profile, or "
         '{"launch_profile": NAME} for one the operator defined. Omit or null for none.',
     )
-
-    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return check_dispatch(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         text = attrs.get("payload", {}).get("text")
@@ -131,14 +140,6 @@ class CommandCreateIn(StrictSerializer):
                 {"payload": [f"payload.text must be a non-empty string for a {attrs['type']}"]}
             )
         return attrs
-
-
-def check_dispatch(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A client's `dispatch` names at most a launch profile; a 400 names any other key."""
-    errors = dispatch_request_errors(value) if value is not None else {}
-    if errors:
-        raise serializers.ValidationError(errors)
-    return value
 
 
 class RunnerWriteIn(StrictSerializer):

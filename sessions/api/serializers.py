@@ -18,10 +18,10 @@ from runs.api.serializers import (
     REF_MAX,
     CancelRequestOut,
     CommandOut,
+    DispatchField,
     EventOut,
     RunOut,
     WorkspaceRefIn,
-    check_dispatch,
 )
 from runs.policy import check_execution_policy
 from runs.services.lifecycle import RunSpec
@@ -59,12 +59,7 @@ class TurnCommandIn(StrictSerializer):
     payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX)
     idempotency_key = IdField(required=False, allow_null=True)
     # Session turns dispatch a runner by default; `"dispatch": null` asks for none.
-    dispatch = BoundedJSONObjectField(
-        max_bytes=REF_MAX, required=False, allow_null=True, default=dict
-    )
-
-    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return check_dispatch(value)
+    dispatch = DispatchField(default=dict)
 
     def validate_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(payload.get("text"), str) or not payload["text"]:

@@ -120,13 +120,22 @@ def _estimated_rows(model: type[Model]) -> int:
     return int(row[0]) if row and row[0] is not None else -1
 
 
+def link_column(viewname: str, attr: str, description: str) -> Callable[[Any, Any], SafeString]:
+    """A column (list or detail) that links the row's `attr`, another row's id, to that
+    row's change page: assigned in a ModelAdmin's body, it is one of its display methods."""
+
+    @admin.display(description=description)
+    def column(self: Any, obj: Any) -> SafeString:
+        return link(viewname, getattr(obj, attr))
+
+    return column
+
+
 class RunLinkColumn:
     """A `run_link` column (list or detail): the row's run, by its `run_id`, linked to the
     run's change page. Mixed into the screen of every model that belongs to a run."""
 
-    @admin.display(description="run")
-    def run_link(self, obj: Any) -> SafeString:
-        return link("runs_run", obj.run_id)
+    run_link = link_column("runs_run", "run_id", "run")
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

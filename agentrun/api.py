@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework import status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -17,6 +17,7 @@ from agentrun.errors import invalid
 from agentrun.models import ApiKey, ApiKeyRole
 from agentrun.tenancy import Scope
 from agentrun.validation import validate_path_id
+from agentrun.versions import is_unread
 
 
 def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
@@ -57,6 +58,24 @@ def tenant_for_write(api_key: ApiKey, tenant_id: str | None) -> str:
 def request_scope(request: Request) -> Scope:
     """The tenant gate of the request's key: what its selectors and services may reach."""
     return Scope.of(request_key(request))
+
+
+def cancel_arguments(serializer_class: type[Any], request: Request) -> dict[str, Any]:
+    """Who cancels, within which tenant gate, and why: what every cancel service takes from
+    a cancel endpoint's request (`requested_by` is the key's id, for the audit trail)."""
+    data = body(serializer_class, request).validated_data
+    key_id = request_key(request).id
+    return {"scope": request_scope(request), "reason": data["reason"], "requested_by": key_id}
+
+
+# Mixed into a versioned row's output (tasks, sessions): `unread`, changed since the reader
+# named in the request last marked it read (null when none was named). A comment, not a
+# docstring: drf-spectacular would print a docstring as every such schema's description.
+class UnreadOut(serializers.Serializer[Any]):
+    unread = serializers.SerializerMethodField()
+
+    def get_unread(self, row: Any) -> bool | None:
+        return is_unread(row)
 
 
 class ObjectViewSet(viewsets.ViewSet):

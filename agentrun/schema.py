@@ -44,6 +44,7 @@ class JsonObjectFieldExtension(OpenApiSerializerFieldExtension):
     """`BoundedJSONObjectField` accepts a JSON object only (and `null` when it allows it)."""
 
     target_class = "agentrun.validation.BoundedJSONObjectField"
+    match_subclasses = True  # e.g. runs.api.serializers.DispatchField
 
     def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "additionalProperties": {}}

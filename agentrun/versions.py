@@ -1,5 +1,8 @@
 """Version feeds: global change counters that a reader can walk without skipping a change.
 
+A reader also marks how far it has read each row (a read-cursor table per feed):
+`with_read_version` and `is_unread` answer "changed since I last looked" for both feeds.
+
 Sessions and queue tasks each take the next value of a sequence on every visible change,
 so `version > cursor` is a change feed. A reader must never see version 11 committed while
 version 10 is still in flight (it would move its cursor past 10 and miss it). So:
@@ -21,8 +24,11 @@ PostgreSQL reorders a queued exclusive feed read behind it rather than deadlock.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection
+from django.db.models import BigIntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from agentrun.locks import LockKey, advisory_xact_lock, advisory_xact_lock_shared
 
@@ -52,3 +58,24 @@ class VersionFeed:
 
 SESSION_VERSIONS = VersionFeed(LockKey.SESSION_VERSION, "agentrun_session_version_seq")
 QUEUE_VERSIONS = VersionFeed(LockKey.QUEUE_VERSION, "agentrun_queue_version_seq")
+
+
+def with_read_version(
+    rows: QuerySet[Any], cursors: QuerySet[Any], *, row: str, version: str, reader_id: str | None
+) -> QuerySet[Any]:
+    """Annotate `read_version`: the version the reader last marked read on each row (0 if
+    never; None when no reader is named). `cursors` is the feed's read-cursor table, `row`
+    its key to the row and `version` the version it marks."""
+    if reader_id is None:
+        read_version: Any = Value(None, output_field=BigIntegerField())
+    else:
+        marked = cursors.filter(**{row: OuterRef("pk")}, reader_id=reader_id)
+        read_version = Coalesce(Subquery(marked.values(version)[:1]), Value(0))
+    annotated: QuerySet[Any] = rows.annotate(read_version=read_version)
+    return annotated
+
+
+def is_unread(row: Any) -> bool | None:
+    """Changed since the reader's mark; None when the row was read with no reader named."""
+    read_version = getattr(row, "read_version", None)
+    return None if read_version is None else bool(row.version > read_version)

@@ -13,7 +13,14 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
-from agentrun.admin_console import BigTableAdmin, RunLinkColumn, changelist_link, link, links
+from agentrun.admin_console import (
+    BigTableAdmin,
+    RunLinkColumn,
+    changelist_link,
+    link,
+    link_column,
+    links,
+)
 from dispatch.models import RunnerDispatchIntent
 from dispatch.services.retry_now import retry_intent_now
 
@@ -50,13 +57,8 @@ class RunnerDispatchIntentAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdm
         )
     ]
 
-    @admin.display(description="command")
-    def command_link(self, intent: RunnerDispatchIntent) -> SafeString:
-        return link("runs_command", intent.command_id)
-
-    @admin.display(description="runner job")
-    def runner_job(self, intent: RunnerDispatchIntent) -> SafeString:
-        return link("runs_runnerjob", intent.actual_runner_job_id)
+    command_link = link_column("runs_command", "command_id", "command")
+    runner_job = link_column("runs_runnerjob", "actual_runner_job_id", "runner job")
 
     @admin.display(description="related")
     def related(self, intent: RunnerDispatchIntent) -> SafeString:

@@ -32,14 +32,12 @@ def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
 @shared_task(name=TaskName.REAP_LEASES, ignore_result=True)
 def reap_leases_task() -> dict[str, int]:
     return reap_expired_leases(
-        limit=conf.maintenance_batch_size(),
-        grace_ms=conf.lease_reap_grace_ms(),
+        limit=conf.maintenance_batch_size(), grace_ms=conf.lease_reap_grace_ms()
     ).as_dict()
 
 
 @shared_task(name=TaskName.RECONCILE_RUNNER_JOBS, ignore_result=True)
 def reconcile_runner_jobs_task() -> dict[str, int]:
     return reconcile_runner_jobs(
-        limit=conf.maintenance_batch_size(),
-        grace_ms=conf.reconcile_grace_ms(),
+        limit=conf.maintenance_batch_size(), grace_ms=conf.reconcile_grace_ms()
     ).as_dict()

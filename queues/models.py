@@ -28,13 +28,16 @@ class TaskState(models.TextChoices):
 
 
 class AttemptState(models.TextChoices):
+    """A task's states, spelled from TaskState so the two cannot drift apart, and before
+    them `reserved`: a retry waiting to be activated."""
+
     RESERVED = "reserved"
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    BLOCKED = "blocked"
-    CANCELLED = "cancelled"
+    PENDING = TaskState.PENDING.value
+    RUNNING = TaskState.RUNNING.value
+    COMPLETED = TaskState.COMPLETED.value
+    FAILED = TaskState.FAILED.value
+    BLOCKED = TaskState.BLOCKED.value
+    CANCELLED = TaskState.CANCELLED.value
 
 
 # Tasks and attempts share their terminal values, so one set serves both.
@@ -45,6 +48,11 @@ RETRYABLE_TASK_STATES = frozenset({TaskState.FAILED, TaskState.BLOCKED})
 # The seed's "one active attempt per task" fence: reserved (a retry waiting to be
 # activated) or running. A terminal attempt is immutable.
 ACTIVE_ATTEMPT_STATES = (AttemptState.RESERVED, AttemptState.RUNNING)
+
+
+def state_check(states: type[models.TextChoices], name: str) -> models.CheckConstraint:
+    """The seed's CHECK that a row's `state` is one of its enum's values."""
+    return models.CheckConstraint(condition=models.Q(state__in=states.values), name=name)
 
 
 class QueueTask(models.Model):
@@ -86,10 +94,7 @@ class QueueTask(models.Model):
                 condition=models.Q(idempotency_key__isnull=False),
                 name="agentrun_queue_tasks_idempotency_idx",
             ),
-            models.CheckConstraint(
-                condition=models.Q(state__in=TaskState.values),
-                name="agentrun_queue_tasks_state_check",
-            ),
+            state_check(TaskState, "agentrun_queue_tasks_state_check"),
         ]
         indexes = [
             # The seed's list and change-feed indexes (names shortened to Django's 30).
@@ -186,10 +191,7 @@ class QueueAttempt(models.Model):
                 condition=models.Q(retry_index__gte=0),
                 name="agentrun_queue_attempts_retry_index_check",
             ),
-            models.CheckConstraint(
-                condition=models.Q(state__in=AttemptState.values),
-                name="agentrun_queue_attempts_state_check",
-            ),
+            state_check(AttemptState, "agentrun_queue_attempts_state_check"),
         ]
         indexes = [
             models.Index(

@@ -24,16 +24,13 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import (
-    BigIntegerField,
     Case,
     Count,
     F,
     IntegerField,
     Min,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
     Value,
     When,
 )
@@ -41,6 +38,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentrun import versions
 from agentrun.tenancy import Scope
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
 from queues.versions import settle_feed
@@ -60,19 +58,10 @@ def get_task_for(*, scope: Scope, task_id: str, reader_id: str | None = None) ->
 
 
 def with_read_version(tasks: QuerySet[QueueTask], reader_id: str | None) -> QuerySet[QueueTask]:
-    """Annotate `read_version`: the version the reader last marked read (0 if never;
-    None when no reader is named)."""
-    if reader_id is None:
-        return tasks.annotate(read_version=Value(None, output_field=BigIntegerField()))
-    marked = QueueReadCursor.objects.filter(task=OuterRef("pk"), reader_id=reader_id)
-    return tasks.annotate(
-        read_version=Coalesce(Subquery(marked.values("task_version")[:1]), Value(0))
+    cursors = QueueReadCursor.objects.all()
+    return versions.with_read_version(
+        tasks, cursors, row="task", version="task_version", reader_id=reader_id
     )
-
-
-def is_unread(task: QueueTask) -> bool | None:
-    read_version = getattr(task, "read_version", None)
-    return None if read_version is None else task.version > read_version
 
 
 def filtered(

@@ -11,19 +11,10 @@ It uses a client key (role `client`), not a runner key; `cli.py` parses the argu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from runner.client import ApiClient
-
-OUTPUT_TYPES = {
-    "user_message",
-    "agent_message",
-    "tool_call",
-    "tool_output",
-    "file_change",
-    "error",
-    "terminal_status",
-}
 
 
 def drive_session(api: ApiClient, options: dict[str, Any], out: TextIO) -> None:
@@ -65,7 +56,7 @@ def tail_session(api: ApiClient, session: str, out: TextIO) -> None:
     while run_id:
         page = api.get(f"/runs/{run_id}/events", after_seq=after, limit=200, wait=25)
         for event in page["items"]:
-            if event["type"] in OUTPUT_TYPES:
+            if event["type"] in RENDERERS:
                 out.write(render(event) + "\n")
             if event["type"] == "terminal_status":
                 return
@@ -76,11 +67,33 @@ def _print(out: TextIO, answer: Any) -> None:
     out.write(json.dumps(answer, indent=2) + "\n")
 
 
+def _text(payload: dict[str, Any]) -> Any:
+    return payload.get("text") or payload.get("output") or payload.get("message")
+
+
+def _tool_call(payload: dict[str, Any]) -> str:
+    return f"{payload.get('tool')} {json.dumps(payload.get('arguments'))}"
+
+
+def _terminal(payload: dict[str, Any]) -> Any:
+    return payload.get("terminal_status")
+
+
+# What the tail shows is what it knows how to print: one renderer per event type. The
+# server's `sessions.selectors.OUTPUT_EVENT_TYPES` names the same person-readable set for
+# `GET /sessions/{id}/output`, but that page cannot wait, so the tail reads the run's
+# long-polled events and keeps its own table (the runner must not import the server).
+RENDERERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "user_message": _text,
+    "agent_message": _text,
+    "tool_call": _tool_call,
+    "tool_output": _text,
+    "file_change": _text,
+    "error": _text,
+    "terminal_status": _terminal,
+}
+
+
 def render(event: dict[str, Any]) -> str:
-    payload = event["payload"]
-    text = payload.get("text") or payload.get("output") or payload.get("message")
-    if event["type"] == "tool_call":
-        text = f"{payload.get('tool')} {json.dumps(payload.get('arguments'))}"
-    if event["type"] == "terminal_status":
-        text = payload.get("terminal_status")
+    text = RENDERERS.get(event["type"], _text)(event["payload"])
     return f"[{event['seq']:>4}] {event['type']}: {text}"

@@ -25,12 +25,24 @@ from agentrun.admin_console import (
     RunLinkColumn,
     changelist_link,
     link,
+    link_column,
     links,
     recent_table,
     short_json,
 )
 from queues.projection import task_id_of
-from runs.models import Backend, CancelRequest, Command, Event, Lease, Run, Runner, RunnerJob
+from runs.models import (
+    CANCEL_MARK_FIELDS,
+    RUN_OUTCOME_FIELDS,
+    Backend,
+    CancelRequest,
+    Command,
+    Event,
+    Lease,
+    Run,
+    Runner,
+    RunnerJob,
+)
 from runs.services.cancellation import cancel_run
 
 RECENT = 50
@@ -98,16 +110,11 @@ class RunAdmin(OperatorActionsMixin, BigTableAdmin):
             "Outcome and claim",
             {
                 "fields": [
-                    "terminal_status",
-                    "failure_kind",
-                    "failure_message",
+                    *RUN_OUTCOME_FIELDS,
                     "claimed_by",
                     "lease_expires_at",
                     "lease_epoch",
-                    "cancel_epoch",
-                    "cancel_request_id",
-                    "cancel_requested_at",
-                    "cancel_reason",
+                    *CANCEL_MARK_FIELDS,
                     "created_at",
                     "updated_at",
                 ]
@@ -132,9 +139,7 @@ class RunAdmin(OperatorActionsMixin, BigTableAdmin):
         ("Events", {"fields": ["recent_events"]}),
     ]
 
-    @admin.display(description="session")
-    def session(self, run: Run) -> SafeString:
-        return link("agent_sessions_session", run.session_id)
+    session = link_column("agent_sessions_session", "session_id", "session")
 
     @admin.display(description="related")
     def related(self, run: Run) -> SafeString:

@@ -114,6 +114,12 @@ class CancelTargetKind(models.TextChoices):
     TASK = "task"
 
 
+# How a run ended: the terminal transition writes them together, the API and admin show them.
+RUN_OUTCOME_FIELDS = ("terminal_status", "failure_kind", "failure_message")
+# A cancel request's mark on the run or command it targets (SPEC §9.7).
+CANCEL_MARK_FIELDS = ("cancel_epoch", "cancel_request_id", "cancel_requested_at", "cancel_reason")
+
+
 # The fields a person searches runs by, one lower-case text (seed `listRuns` search).
 RUN_SEARCH_FIELDS = (
     "id",

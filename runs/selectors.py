@@ -97,28 +97,20 @@ class RunPage:
     facets_truncated: bool = False
 
 
+def _columns_json(*columns: str) -> JSONObject:
+    """A row as a JSON object of these columns, each under its own name."""
+    return JSONObject(**{column: column for column in columns})
+
+
 def _command_json() -> JSONObject:
-    return JSONObject(
-        id="id",
-        seq="seq",
-        type="type",
-        state="state",
-        idempotency_key="idempotency_key",
-        created_at="created_at",
-        updated_at="updated_at",
+    return _columns_json(
+        "id", "seq", "type", "state", "idempotency_key", "created_at", "updated_at"
     )
 
 
 def _runner_job_json() -> JSONObject:
-    return JSONObject(
-        id="id",
-        command_id="command_id",
-        runner_id="runner_id",
-        namespace="namespace",
-        job_name="job_name",
-        image="image",
-        result="result",
-        created_at="created_at",
+    return _columns_json(
+        "id", "command_id", "runner_id", "namespace", "job_name", "image", "result", "created_at"
     )
 
 

@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, operator_id, service_action
-from agentrun.admin_console import BigTableAdmin, changelist_link, link, links
+from agentrun.admin_console import BigTableAdmin, changelist_link, link, link_column, links
 from agentrun.tenancy import Scope
 from sessions.models import Session, StorageKind
 from sessions.services.lifecycle import mark_session_read, mark_session_storage_evicted
@@ -94,13 +94,8 @@ class SessionAdmin(OperatorActionsMixin, BigTableAdmin):
         ),
     ]
 
-    @admin.display(description="active run")
-    def active_run(self, session: Session) -> SafeString:
-        return link("runs_run", session.active_run_id)
-
-    @admin.display(description="last run")
-    def last_run(self, session: Session) -> SafeString:
-        return link("runs_run", session.last_run_id)
+    active_run = link_column("runs_run", "active_run_id", "active run")
+    last_run = link_column("runs_run", "last_run_id", "last run")
 
     @admin.display(description="related")
     def related(self, session: Session) -> SafeString:

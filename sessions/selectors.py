@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
+from agentrun import versions
 from agentrun.errors import not_found
 from agentrun.tenancy import Scope
 from runs.models import Event, Run
@@ -41,18 +42,10 @@ def get_session_for(*, scope: Scope, session_id: str) -> Session:
 
 
 def with_read_version(sessions: QuerySet[Session], reader_id: str | None) -> QuerySet[Session]:
-    """Annotate `read_version`: the version the reader last marked read (0 if never)."""
-    if reader_id is None:
-        return sessions.annotate(read_version=Value(None, output_field=BigIntegerField()))
-    marked = SessionReadCursor.objects.filter(session=OuterRef("pk"), reader_id=reader_id)
-    return sessions.annotate(
-        read_version=Coalesce(Subquery(marked.values("session_version")[:1]), Value(0))
+    cursors = SessionReadCursor.objects.all()
+    return versions.with_read_version(
+        sessions, cursors, row="session", version="session_version", reader_id=reader_id
     )
-
-
-def is_unread(session: Session) -> bool | None:
-    read_version = getattr(session, "read_version", None)
-    return None if read_version is None else session.version > read_version
 
 
 @dataclass(frozen=True)

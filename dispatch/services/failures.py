@@ -50,16 +50,23 @@ def _retry_locked(locked: LockedClaim, claim: IntentClaim, error: Any, delay_ms:
         run=locked.run,
         type="backend_status",
         payload={
-            "phase": Phase.RUNNER_DISPATCH_RETRY,
-            "command_id": claim.command_id,
-            "dispatch_intent_id": claim.id,
-            "attempt_count": claim.attempt_count,
+            **intent_phase(Phase.RUNNER_DISPATCH_RETRY, claim),
             "delay_ms": delay_ms,
             "next_attempt_at": next_attempt_at.isoformat(),
             "error": error,
             "dispatcher": claim.lease_owner,
         },
     )
+
+
+def intent_phase(phase: str, intent: IntentClaim | RunnerDispatchIntent) -> dict[str, Any]:
+    """The opening of a `backend_status` event about a dispatch intent's attempt."""
+    return {
+        "phase": phase,
+        "command_id": intent.command_id,
+        "dispatch_intent_id": intent.id,
+        "attempt_count": intent.attempt_count,
+    }
 
 
 def _settle_intent(intent: RunnerDispatchIntent, *, state: str, due: Any, error: Any) -> None:

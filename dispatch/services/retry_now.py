@@ -19,6 +19,7 @@ from django.utils import timezone
 from agentrun.errors import not_found
 from dispatch.locks import lock_intent
 from dispatch.models import IntentState, RunnerDispatchIntent
+from dispatch.services.failures import intent_phase
 from dispatch.wakeup import wake_dispatcher
 from runs.locks import lock_run
 from runs.models import Run
@@ -81,10 +82,7 @@ def _make_due_locked(run: Run, intent: RunnerDispatchIntent, *, requested_by: st
         run=run,
         type="backend_status",
         payload={
-            "phase": Phase.RUNNER_DISPATCH_RETRY_REQUESTED,
-            "command_id": intent.command_id,
-            "dispatch_intent_id": intent.id,
-            "attempt_count": intent.attempt_count,
+            **intent_phase(Phase.RUNNER_DISPATCH_RETRY_REQUESTED, intent),
             "was_due_at": waited_until.isoformat(),
             "requested_by": requested_by,
         },

@@ -6,17 +6,17 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentrun.api import UnreadOut
 from agentrun.pagination import MAX_PAGE_SIZE
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
-from queues.selectors import is_unread
 from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
     REF_MAX,
+    DispatchField,
     SessionRefIn,
     WorkspaceRefIn,
-    check_dispatch,
 )
 from runs.models import FailureKind
 from runs.policy import check_execution_policy
@@ -62,12 +62,7 @@ class TaskCreateIn(StrictSerializer):
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
     idempotency_key = IdField(required=False, allow_null=True)
     # Queue tasks dispatch a runner by default; `"dispatch": null` asks for none.
-    dispatch = BoundedJSONObjectField(
-        max_bytes=REF_MAX, required=False, allow_null=True, default=dict
-    )
-
-    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return check_dispatch(value)
+    dispatch = DispatchField(default=dict)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         check_execution_policy(
@@ -158,15 +153,10 @@ class AttemptFailureIn(StrictSerializer):
 # ---- output --------------------------------------------------------------------------
 
 
-class TaskOut(serializers.ModelSerializer[QueueTask]):
-    unread = serializers.SerializerMethodField()
-
+class TaskOut(UnreadOut, serializers.ModelSerializer[QueueTask]):
     class Meta:
         model = QueueTask
         exclude: list[str] = []
-
-    def get_unread(self, task: QueueTask) -> bool | None:
-        return is_unread(task)
 
 
 class TaskPageOut(serializers.Serializer[Any]):

@@ -83,14 +83,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     @extend_schema(request=s.TaskCancelIn, responses=s.TaskCancelOut)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        data = api.body(s.TaskCancelIn, request).validated_data
-        api_key = request_key(request)
-        outcome = tasks.cancel_task(
-            task_id=pk,
-            scope=api.request_scope(request),
-            reason=data["reason"],
-            requested_by=api_key.id,
-        )
+        outcome = tasks.cancel_task(task_id=pk, **api.cancel_arguments(s.TaskCancelIn, request))
         return Response(s.TaskCancelOut(outcome).data)
 
     @extend_schema(request=s.TaskReadIn, responses=s.TaskReadCursorOut)

@@ -19,6 +19,8 @@ from agentrun.validation import (
 )
 from dispatch.intents import dispatch_request_errors
 from runs.models import (
+    CANCEL_MARK_FIELDS,
+    RUN_OUTCOME_FIELDS,
     RUNNER_EVENT_TYPE_CHOICES,
     TERMINAL_RUN_STATUSES,
     Backend,
@@ -107,21 +109,30 @@ class CancelIn(StrictSerializer):
     reason = serializers.CharField(max_length=2000, required=False, default="cancel requested")
 
 
+class DispatchField(BoundedJSONObjectField):
+    """A client's `dispatch` request (optional, null for none): it names at most a launch
+    profile; a 400 names any other key."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_bytes=REF_MAX, required=False, allow_null=True, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        errors = dispatch_request_errors(value) if value is not None else {}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
 class CommandCreateIn(StrictSerializer):
     type = serializers.ChoiceField(choices=CommandType.choices)
     payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX, required=False, default=dict)
     idempotency_key = IdField(required=False, allow_null=True)
-    dispatch = BoundedJSONObjectField(
-        max_bytes=REF_MAX,
-        required=False,
-        allow_null=True,
+    dispatch = DispatchField(
         default=None,
         help_text="Launch a runner for this command: {} for the default launch profile, or "
         '{"launch_profile": NAME} for one the operator defined. Omit or null for none.',
     )
-
-    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return check_dispatch(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         text = attrs.get("payload", {}).get("text")
@@ -132,19 +143,17 @@ class CommandCreateIn(StrictSerializer):
         return attrs
 
 
-def check_dispatch(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A client's `dispatch` names at most a launch profile; a 400 names any other key."""
-    errors = dispatch_request_errors(value) if value is not None else {}
-    if errors:
-        raise serializers.ValidationError(errors)
-    return value
-
-
 class RunnerWriteIn(StrictSerializer):
     """The fencing token every runner write carries (SPEC §8)."""
 
     runner_id = IdField()
     lease_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+
+    def fence(self) -> dict[str, Any]:
+        """The token alone (`runner_id`, `lease_epoch`), for a write whose other fields the
+        service takes in another form."""
+        data = self.validated_data
+        return {"runner_id": data["runner_id"], "lease_epoch": data["lease_epoch"]}
 
 
 def _lease_ms_field() -> serializers.IntegerField:
@@ -300,16 +309,11 @@ class RunOut(serializers.ModelSerializer[Run]):
             "execution_policy",
             "trace_sink",
             "status",
-            "terminal_status",
-            "failure_kind",
-            "failure_message",
+            *RUN_OUTCOME_FIELDS,
             "claimed_by",
             "lease_expires_at",
             "lease_epoch",
-            "cancel_epoch",
-            "cancel_request_id",
-            "cancel_requested_at",
-            "cancel_reason",
+            *CANCEL_MARK_FIELDS,
             "created_at",
             "updated_at",
         ]
@@ -390,10 +394,7 @@ class CommandOut(serializers.ModelSerializer[Command]):
             "created_at",
             "updated_at",
             "acknowledged_at",
-            "cancel_epoch",
-            "cancel_request_id",
-            "cancel_requested_at",
-            "cancel_reason",
+            *CANCEL_MARK_FIELDS,
             "dispatch_intent",
         ]
 

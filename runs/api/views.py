@@ -32,6 +32,26 @@ from runs.services import cancellation, command_lifecycle, event_log, lifecycle,
 from runs.waiting import await_event, release_connection, reread_slot, wait_for_event
 
 
+def _lease_write(request: Request, pk: str, body_class: type[Any]) -> tuple[str, Any]:
+    """A lease-protocol write's run id (one the key may write: 404 otherwise) and its
+    validated body."""
+    run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
+    return run_id, api.body(body_class, request)
+
+
+def _cancel_reason(request: Request) -> dict[str, Any]:
+    """A cancel's reason (the body's) and who asks (the key, recorded as `requested_by`).
+    The object is looked up first, so one out of scope is a 404 whatever the body."""
+    return {
+        "reason": api.body(s.CancelIn, request).validated_data["reason"],
+        "requested_by": request_key(request).id,
+    }
+
+
+def _receipt(outcome: cancellation.CancelOutcome) -> Response:
+    return Response(s.CancelReceiptOut(outcome).data)
+
+
 def _filter_params(request: Request) -> Any:
     """The run list's filter parameters; any other parameter is a 400 naming it."""
     allowed = {*RunFilter.base_filters, "page", "page_size"}
@@ -172,13 +192,8 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
-        api_key = request_key(request)
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.CancelIn, request)
-        outcome = cancellation.cancel_run(
-            run_id=run.id, reason=body.validated_data["reason"], requested_by=api_key.id
-        )
-        return Response(s.CancelReceiptOut(outcome).data)
+        return _receipt(cancellation.cancel_run(run_id=run.id, **_cancel_reason(request)))
 
     @extend_schema(responses=items_of(s.CancelRequestOut))
     @action(detail=True, methods=["get"], url_path="cancel-requests")
@@ -245,30 +260,21 @@ class RunViewSet(api.ObjectViewSet):
     @extend_schema(request=s.ClaimIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def claim(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.ClaimIn, request)
-        claimed = lifecycle.claim_run(run_id=run_id, **body.validated_data)
-        return Response(s.RunOut(claimed).data)
+        run_id, body = _lease_write(request, pk, s.ClaimIn)
+        return Response(s.RunOut(lifecycle.claim_run(run_id=run_id, **body.validated_data)).data)
 
     @extend_schema(request=s.HeartbeatIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def heartbeat(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.HeartbeatIn, request)
+        run_id, body = _lease_write(request, pk, s.HeartbeatIn)
         current = lifecycle.heartbeat_run(run_id=run_id, **body.validated_data)
         return Response(s.RunOut(current).data)
 
     @extend_schema(request=s.FinishIn, responses=s.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
-        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
-        body = api.body(s.FinishIn, request)
-        finished = lifecycle.finish_run(
-            run_id=run_id,
-            runner_id=body.validated_data["runner_id"],
-            lease_epoch=body.validated_data["lease_epoch"],
-            result=body.result(),
-        )
+        run_id, body = _lease_write(request, pk, s.FinishIn)
+        finished = lifecycle.finish_run(run_id=run_id, result=body.result(), **body.fence())
         return Response(s.RunOut(finished).data)
 
     @extend_schema(
@@ -292,11 +298,6 @@ class RunViewSet(api.ObjectViewSet):
 
 
 class CommandViewSet(api.ObjectViewSet):
-    @extend_schema(responses=s.CommandOut)
-    def retrieve(self, request: Request, pk: str) -> Response:
-        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
-        return Response(s.CommandOut(command).data)
-
     @extend_schema(request=s.RunnerWriteIn, responses=s.CommandOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def ack(self, request: Request, pk: str) -> Response:
@@ -311,23 +312,16 @@ class CommandViewSet(api.ObjectViewSet):
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         body = api.body(s.FinishIn, request)
         finished = command_lifecycle.finish_command(
-            command_id=command.id,
-            runner_id=body.validated_data["runner_id"],
-            lease_epoch=body.validated_data["lease_epoch"],
-            result=body.result(),
+            command_id=command.id, result=body.result(), **body.fence()
         )
         return Response(s.CommandOut(finished).data)
 
     @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
-        api_key = request_key(request)
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
-        body = api.body(s.CancelIn, request)
-        outcome = cancellation.cancel_command(
-            command_id=command.id, reason=body.validated_data["reason"], requested_by=api_key.id
-        )
-        return Response(s.CancelReceiptOut(outcome).data)
+        outcome = cancellation.cancel_command(command_id=command.id, **_cancel_reason(request))
+        return _receipt(outcome)
 
     @extend_schema(parameters=[s.CommandEventsQuery], responses=items_of(s.EventOut))
     @action(detail=True, methods=["get"])
@@ -338,6 +332,11 @@ class CommandViewSet(api.ObjectViewSet):
             run=command.run, command_id=command.id, limit=query["limit"]
         )
         return Response({"items": s.EventOut(items, many=True).data})
+
+    @extend_schema(responses=s.CommandOut)
+    def retrieve(self, request: Request, pk: str) -> Response:
+        command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
+        return Response(s.CommandOut(command).data)
 
 
 class RunnerJobViewSet(api.ObjectViewSet):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -24,6 +25,7 @@ from dispatch import intents
 from queues import projection as queue_projection
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
 from runs.models import (
+    CANCEL_MARK_FIELDS,
     CancelRequest,
     CancelStage,
     Command,
@@ -207,13 +209,17 @@ def _open_request(
 
 
 def _mark_run_cancel_requested(run: Run, cancel: CancelRequest, *, reason: str) -> None:
-    run.cancel_epoch = cancel.epoch
-    run.cancel_request_id = cancel.id
-    run.cancel_requested_at = cancel.created_at
-    run.cancel_reason = reason
-    run.save(
-        update_fields=["cancel_epoch", "cancel_request_id", "cancel_requested_at", "cancel_reason"]
-    )
+    _set_cancel_mark(run, cancel, at=cancel.created_at, reason=reason)
+    run.save(update_fields=list(CANCEL_MARK_FIELDS))
+
+
+def _set_cancel_mark(
+    row: Run | Command, cancel: CancelRequest, *, at: datetime, reason: str
+) -> None:
+    row.cancel_epoch = cancel.epoch
+    row.cancel_request_id = cancel.id
+    row.cancel_requested_at = at
+    row.cancel_reason = reason
 
 
 def _deliver(
@@ -256,21 +262,9 @@ def _record_stage(
 def _cancel_command_row(run: Run, command: Command, cancel: CancelRequest, *, reason: str) -> None:
     now = timezone.now()
     command.state = CommandState.CANCELLED
-    command.cancel_epoch = cancel.epoch
-    command.cancel_request_id = cancel.id
-    command.cancel_requested_at = now
-    command.cancel_reason = reason
+    _set_cancel_mark(command, cancel, at=now, reason=reason)
     command.updated_at = now
-    command.save(
-        update_fields=[
-            "state",
-            "cancel_epoch",
-            "cancel_request_id",
-            "cancel_requested_at",
-            "cancel_reason",
-            "updated_at",
-        ]
-    )
+    command.save(update_fields=["state", *CANCEL_MARK_FIELDS, "updated_at"])
     intents.fence_open_intents_locked(run=run, command=command, reason=reason)
 
 

@@ -10,7 +10,7 @@ a run (its status, open commands, claim and thread) is `runs.services.terminal`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -146,17 +146,11 @@ def create_run_locked(
         )
         session_ref = projection.session_ref_of_run(session, session_ref)
     now = timezone.now()
+    # The spec's fields are the run's columns; the session's own spelling of its ref wins.
     run = Run.objects.create(
+        **{**asdict(spec), "session_ref": session_ref},
         id=run_id or new_id("run"),
         tenant_id=tenant_id,
-        project_id=spec.project_id,
-        workspace_ref=spec.workspace_ref,
-        session_ref=session_ref,
-        resource_bundle_ref=spec.resource_bundle_ref,
-        provider_id=spec.provider_id,
-        backend_profile=spec.backend_profile,
-        execution_policy=spec.execution_policy,
-        trace_sink=spec.trace_sink,
         status=RunStatus.PENDING,
         created_at=now,
         updated_at=now,

@@ -21,7 +21,7 @@ from agentrun.auth import revoke_run_keys_locked
 from agentrun.redaction import redact_text
 from dispatch import intents
 from queues import projection as queue_projection
-from runs.models import Command, CommandState, Lease, Run, RunStatus
+from runs.models import RUN_OUTCOME_FIELDS, Command, CommandState, Lease, Run, RunStatus
 from runs.phases import Phase
 from runs.services.event_log import PendingEvents, collecting
 from sessions import projection
@@ -135,9 +135,7 @@ def _save_terminal_status(run: Run, *, result: TurnResult) -> None:
     run.save(
         update_fields=[
             "status",
-            "terminal_status",
-            "failure_kind",
-            "failure_message",
+            *RUN_OUTCOME_FIELDS,
             "claimed_by",
             "lease_expires_at",
             "updated_at",

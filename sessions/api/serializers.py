@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentrun.api import UnreadOut
 from agentrun.validation import (
     BoundedJSONObjectField,
     IdField,
@@ -17,15 +18,15 @@ from runs.api.serializers import (
     REF_MAX,
     CancelRequestOut,
     CommandOut,
+    DispatchField,
     EventOut,
     RunOut,
     WorkspaceRefIn,
-    check_dispatch,
 )
 from runs.policy import check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
-from sessions.selectors import SESSION_STATES, is_unread
+from sessions.selectors import SESSION_STATES
 from sessions.services.lifecycle import SessionFields, StorageFacts
 from sessions.turns import WHEN_BUSY
 
@@ -58,12 +59,7 @@ class TurnCommandIn(StrictSerializer):
     payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX)
     idempotency_key = IdField(required=False, allow_null=True)
     # Session turns dispatch a runner by default; `"dispatch": null` asks for none.
-    dispatch = BoundedJSONObjectField(
-        max_bytes=REF_MAX, required=False, allow_null=True, default=dict
-    )
-
-    def validate_dispatch(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return check_dispatch(value)
+    dispatch = DispatchField(default=dict)
 
     def validate_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(payload.get("text"), str) or not payload["text"]:
@@ -177,15 +173,10 @@ class StorageIn(StrictSerializer):
 # ---- output --------------------------------------------------------------------------
 
 
-class SessionOut(serializers.ModelSerializer[Session]):
-    unread = serializers.SerializerMethodField()
-
+class SessionOut(UnreadOut, serializers.ModelSerializer[Session]):
     class Meta:
         model = Session
         exclude: list[str] = []
-
-    def get_unread(self, session: Session) -> bool | None:
-        return is_unread(session)
 
 
 class SessionPageOut(serializers.Serializer[Any]):

@@ -107,14 +107,8 @@ class SessionViewSet(api.ObjectViewSet):
     @extend_schema(request=s.SessionCancelIn, responses=s.SessionCancelOut)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        data = api.body(s.SessionCancelIn, request).validated_data
-        api_key = request_key(request)
-        outcome = steering.cancel_session(
-            session_id=pk,
-            scope=api.request_scope(request),
-            reason=data["reason"],
-            requested_by=api_key.id,
-        )
+        arguments = api.cancel_arguments(s.SessionCancelIn, request)
+        outcome = steering.cancel_session(session_id=pk, **arguments)
         receipt = {
             "changed": bool(outcome and outcome.changed),
             "cancel_request": outcome.cancel_request if outcome else None,

@@ -26,6 +26,7 @@ from agentrun.errors import invalid
 from agentrun.pagination import PageQuery, SeqCursorQuery
 from agentrun.schema import items_of
 from runs import selectors
+from runs.api import outputs as o
 from runs.api import serializers as s
 from runs.api.filters import RunFilter, run_filter_parameters
 from runs.services import cancellation, command_lifecycle, event_log, lifecycle, runners
@@ -49,7 +50,7 @@ def _cancel_reason(request: Request) -> dict[str, Any]:
 
 
 def _receipt(outcome: cancellation.CancelOutcome) -> Response:
-    return Response(s.CancelReceiptOut(outcome).data)
+    return Response(o.CancelReceiptOut(outcome).data)
 
 
 def _filter_params(request: Request) -> Any:
@@ -73,7 +74,7 @@ def _events_page(run: Any, query: dict[str, Any]) -> dict[str, Any]:
     page = selectors.events_page(run=run, after_seq=query["after_seq"], limit=query["limit"])
     next_after = page[-1].seq if page else query["after_seq"]
     data = {"items": page, "count": len(page), "next_after_seq": next_after, "timed_out": False}
-    return dict(s.EventPageOut(data).data)
+    return dict(o.EventPageOut(data).data)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class RunViewSet(api.ObjectViewSet):
             return [IsAuthenticatedKey(), self.write_permissions[self.action]()]
         return super().get_permissions()
 
-    @extend_schema(parameters=[*run_filter_parameters(), PageQuery], responses=s.RunPageOut)
+    @extend_schema(parameters=[*run_filter_parameters(), PageQuery], responses=o.RunPageOut)
     def list(self, request: Request) -> Response:
         scope = selectors.runs_for(scope=api.request_scope(request))
         paging = {
@@ -172,9 +173,9 @@ class RunViewSet(api.ObjectViewSet):
             sort=filterset.form.cleaned_data.get("sort") or "updated-desc",
             **page,
         )
-        return Response(s.RunPageOut(result).data)
+        return Response(o.RunPageOut(result).data)
 
-    @extend_schema(request=s.RunCreateIn, responses={201: s.RunOut, 200: s.RunOut})
+    @extend_schema(request=s.RunCreateIn, responses={201: o.RunOut, 200: o.RunOut})
     def create(self, request: Request) -> Response:
         body = api.body(s.RunCreateIn, request)
         api_key = request_key(request)
@@ -182,28 +183,28 @@ class RunViewSet(api.ObjectViewSet):
         result = lifecycle.create_run(
             tenant_id=tenant_id, spec=body.spec(), run_id=body.validated_data.get("id")
         )
-        return api.created_or_replayed(result.run, s.RunOut, result.created)
+        return api.created_or_replayed(result.run, o.RunOut, result.created)
 
-    @extend_schema(responses=s.RunOut)
+    @extend_schema(responses=o.RunOut)
     def retrieve(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
-        return Response(s.RunOut(run).data)
+        return Response(o.RunOut(run).data)
 
-    @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
+    @extend_schema(request=s.CancelIn, responses=o.CancelReceiptOut)
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         return _receipt(cancellation.cancel_run(run_id=run.id, **_cancel_reason(request)))
 
-    @extend_schema(responses=items_of(s.CancelRequestOut))
+    @extend_schema(responses=items_of(o.CancelRequestOut))
     @action(detail=True, methods=["get"], url_path="cancel-requests")
     def cancel_requests(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         items = selectors.cancel_requests_for(run=run)
-        return Response({"items": s.CancelRequestOut(items, many=True).data})
+        return Response({"items": o.CancelRequestOut(items, many=True).data})
 
-    @extend_schema(methods=["GET"], parameters=[s.EventsQuery], responses=s.EventPageOut)
-    @extend_schema(methods=["POST"], request=s.EventAppendIn, responses={201: items_of(s.EventOut)})
+    @extend_schema(methods=["GET"], parameters=[s.EventsQuery], responses=o.EventPageOut)
+    @extend_schema(methods=["POST"], request=s.EventAppendIn, responses={201: items_of(o.EventOut)})
     @action(detail=True, methods=["get", "post"])
     def events(self, request: Request, pk: str) -> Response:
         if request.method == "POST":
@@ -234,53 +235,53 @@ class RunViewSet(api.ObjectViewSet):
             events=body.new_events(),
         )
         return Response(
-            {"items": s.EventOut(appended, many=True).data}, status=status.HTTP_201_CREATED
+            {"items": o.EventOut(appended, many=True).data}, status=status.HTTP_201_CREATED
         )
 
-    @extend_schema(parameters=[s.CountQuery], responses=s.CountOut)
+    @extend_schema(parameters=[s.CountQuery], responses=o.CountOut)
     @action(detail=True, methods=["get"], url_path="events/count")
     def events_count(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         query = api.query(s.CountQuery, request)
         return Response({"count": selectors.count_events(run=run, after_seq=query["after_seq"])})
 
-    @extend_schema(methods=["GET"], parameters=[SeqCursorQuery], responses=items_of(s.CommandOut))
-    @extend_schema(methods=["POST"], request=s.CommandCreateIn, responses={201: s.CommandOut})
+    @extend_schema(methods=["GET"], parameters=[SeqCursorQuery], responses=items_of(o.CommandOut))
+    @extend_schema(methods=["POST"], request=s.CommandCreateIn, responses={201: o.CommandOut})
     @action(detail=True, methods=["get", "post"], url_path="commands")
     def commands(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         if request.method == "GET":
             query = api.query(SeqCursorQuery, request)
             items = selectors.commands_page(run=run, **query)
-            return Response({"items": s.CommandOut(items, many=True).data})
+            return Response({"items": o.CommandOut(items, many=True).data})
         body = api.body(s.CommandCreateIn, request)
         result = command_lifecycle.create_command(run_id=run.id, **body.validated_data)
-        return api.created_or_replayed(result.command, s.CommandOut, result.created)
+        return api.created_or_replayed(result.command, o.CommandOut, result.created)
 
-    @extend_schema(request=s.ClaimIn, responses=s.RunOut)
+    @extend_schema(request=s.ClaimIn, responses=o.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def claim(self, request: Request, pk: str) -> Response:
         run_id, body = _lease_write(request, pk, s.ClaimIn)
-        return Response(s.RunOut(lifecycle.claim_run(run_id=run_id, **body.validated_data)).data)
+        return Response(o.RunOut(lifecycle.claim_run(run_id=run_id, **body.validated_data)).data)
 
-    @extend_schema(request=s.HeartbeatIn, responses=s.RunOut)
+    @extend_schema(request=s.HeartbeatIn, responses=o.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def heartbeat(self, request: Request, pk: str) -> Response:
         run_id, body = _lease_write(request, pk, s.HeartbeatIn)
         current = lifecycle.heartbeat_run(run_id=run_id, **body.validated_data)
-        return Response(s.RunOut(current).data)
+        return Response(o.RunOut(current).data)
 
-    @extend_schema(request=s.FinishIn, responses=s.RunOut)
+    @extend_schema(request=s.FinishIn, responses=o.RunOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
         run_id, body = _lease_write(request, pk, s.FinishIn)
         finished = lifecycle.finish_run(run_id=run_id, result=body.result(), **body.fence())
-        return Response(s.RunOut(finished).data)
+        return Response(o.RunOut(finished).data)
 
     @extend_schema(
-        methods=["GET"], parameters=[s.RunnerJobsQuery], responses=items_of(s.RunnerJobOut)
+        methods=["GET"], parameters=[s.RunnerJobsQuery], responses=items_of(o.RunnerJobOut)
     )
-    @extend_schema(methods=["POST"], request=s.RunnerJobIn, responses={201: s.RunnerJobOut})
+    @extend_schema(methods=["POST"], request=s.RunnerJobIn, responses={201: o.RunnerJobOut})
     @action(detail=True, methods=["get", "post"], url_path="runner-jobs")
     def runner_jobs(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
@@ -288,25 +289,25 @@ class RunViewSet(api.ObjectViewSet):
             query = api.query(s.RunnerJobsQuery, request)
             items = selectors.runner_jobs_for(run=run, command_id=query.get("command_id"))
             operator = {"operator": request_key(request).is_operator}
-            return Response({"items": s.RunnerJobOut(items, many=True, context=operator).data})
+            return Response({"items": o.RunnerJobOut(items, many=True, context=operator).data})
         data = dict(api.body(s.RunnerJobIn, request).validated_data)
         key = data.pop("idempotency_key", None)
         result = runners.save_runner_job(
             run_id=run.id, spec=runners.RunnerJobSpec(**data), idempotency_key=key
         )
-        return api.created_or_replayed(result.job, s.RunnerJobOut, result.created)
+        return api.created_or_replayed(result.job, o.RunnerJobOut, result.created)
 
 
 class CommandViewSet(api.ObjectViewSet):
-    @extend_schema(request=s.RunnerWriteIn, responses=s.CommandOut)
+    @extend_schema(request=s.RunnerWriteIn, responses=o.CommandOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def ack(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         body = api.body(s.RunnerWriteIn, request)
         acked = command_lifecycle.ack_command(command_id=command.id, **body.validated_data)
-        return Response(s.CommandOut(acked).data)
+        return Response(o.CommandOut(acked).data)
 
-    @extend_schema(request=s.FinishIn, responses=s.CommandOut)
+    @extend_schema(request=s.FinishIn, responses=o.CommandOut)
     @action(detail=True, methods=["post"], permission_classes=[IsRunnerOrOperator])
     def finish(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
@@ -314,16 +315,16 @@ class CommandViewSet(api.ObjectViewSet):
         finished = command_lifecycle.finish_command(
             command_id=command.id, result=body.result(), **body.fence()
         )
-        return Response(s.CommandOut(finished).data)
+        return Response(o.CommandOut(finished).data)
 
-    @extend_schema(request=s.CancelIn, responses=s.CancelReceiptOut)
+    @extend_schema(request=s.CancelIn, responses=o.CancelReceiptOut)
     @action(detail=True, methods=["post"], permission_classes=[IsClientOrOperator])
     def cancel(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
         outcome = cancellation.cancel_command(command_id=command.id, **_cancel_reason(request))
         return _receipt(outcome)
 
-    @extend_schema(parameters=[s.CommandEventsQuery], responses=items_of(s.EventOut))
+    @extend_schema(parameters=[s.CommandEventsQuery], responses=items_of(o.EventOut))
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
@@ -331,31 +332,31 @@ class CommandViewSet(api.ObjectViewSet):
         items = selectors.events_for_command(
             run=command.run, command_id=command.id, limit=query["limit"]
         )
-        return Response({"items": s.EventOut(items, many=True).data})
+        return Response({"items": o.EventOut(items, many=True).data})
 
-    @extend_schema(responses=s.CommandOut)
+    @extend_schema(responses=o.CommandOut)
     def retrieve(self, request: Request, pk: str) -> Response:
         command = selectors.get_command_for(scope=api.request_scope(request), command_id=pk)
-        return Response(s.CommandOut(command).data)
+        return Response(o.CommandOut(command).data)
 
 
 class RunnerJobViewSet(api.ObjectViewSet):
     permission_classes = [IsRunnerOrOperator]
 
-    @extend_schema(request=s.RunnerJobPatchIn, responses=s.RunnerJobOut)
+    @extend_schema(request=s.RunnerJobPatchIn, responses=o.RunnerJobOut)
     def partial_update(self, request: Request, pk: str) -> Response:
         job = selectors.get_runner_job_for(scope=api.request_scope(request), runner_job_id=pk)
         body = api.body(s.RunnerJobPatchIn, request)
         patched = runners.patch_runner_job_result(
             runner_job_id=job.id, patch=body.validated_data["result"]
         )
-        return Response(s.RunnerJobOut(patched).data)
+        return Response(o.RunnerJobOut(patched).data)
 
 
 class RunnerViewSet(viewsets.ViewSet):
     permission_classes = [IsRunnerOrOperator]
 
-    @extend_schema(request=s.RunnerRegisterIn, responses={200: s.RunnerOut})
+    @extend_schema(request=s.RunnerRegisterIn, responses={200: o.RunnerOut})
     def create(self, request: Request) -> Response:
         data = dict(api.body(s.RunnerRegisterIn, request).validated_data)
         api_key = request_key(request)
@@ -365,10 +366,10 @@ class RunnerViewSet(viewsets.ViewSet):
         runner = runners.register_runner(
             scope=api.request_scope(request), runner_id=data.pop("id", None), **data
         )
-        return Response(s.RunnerOut(runner).data, status=status.HTTP_200_OK)
+        return Response(o.RunnerOut(runner).data, status=status.HTTP_200_OK)
 
 
 class BackendViewSet(viewsets.ViewSet):
-    @extend_schema(responses=items_of(s.BackendOut))
+    @extend_schema(responses=items_of(o.BackendOut))
     def list(self, request: Request) -> Response:
-        return Response({"items": s.BackendOut(selectors.backends(), many=True).data})
+        return Response({"items": o.BackendOut(selectors.backends(), many=True).data})

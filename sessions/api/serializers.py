@@ -13,16 +13,8 @@ from agentrun.validation import (
     ReservedIdField,
     StrictSerializer,
 )
-from runs.api.serializers import (
-    COMMAND_PAYLOAD_MAX,
-    REF_MAX,
-    CancelRequestOut,
-    CommandOut,
-    DispatchField,
-    EventOut,
-    RunOut,
-    WorkspaceRefIn,
-)
+from runs.api.outputs import CancelRequestOut, CommandOut, EventOut, RunOut
+from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, DispatchField, WorkspaceRefIn
 from runs.policy import check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind

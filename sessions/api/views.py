@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from agentrun import api
 from agentrun.auth import IsClientOrOperator, request_key
-from runs.api.serializers import CommandOut
+from runs.api.outputs import CommandOut
 from sessions import selectors
 from sessions.api import serializers as s
 from sessions.services import admission, lifecycle, steering

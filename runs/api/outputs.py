@@ -1,0 +1,239 @@
+"""Output serializers of the runs API: what a run, command, event, cancel request, runner
+job, runner and backend look like to a client (the input side is `runs.api.serializers`).
+
+`ModelSerializer`s for output, plain serializers for input (HOUSE-STYLE rule 4); a runner
+job's host details (pid, argv, paths) are shown to operators only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from runs.models import (
+    CANCEL_MARK_FIELDS,
+    RUN_OUTCOME_FIELDS,
+    Backend,
+    CancelRequest,
+    Command,
+    Event,
+    Run,
+    Runner,
+    RunnerJob,
+)
+
+# What a local launch records about the host; shown to operators only (issue 16 finding 3).
+HOST_RESULT_KEYS = frozenset({"pid", "process_start", "log_path", "argv"})
+
+
+class RunOut(serializers.ModelSerializer[Run]):
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "tenant_id",
+            "project_id",
+            "workspace_ref",
+            "session_ref",
+            "resource_bundle_ref",
+            "provider_id",
+            "backend_profile",
+            "execution_policy",
+            "trace_sink",
+            "status",
+            *RUN_OUTCOME_FIELDS,
+            "claimed_by",
+            "lease_expires_at",
+            "lease_epoch",
+            *CANCEL_MARK_FIELDS,
+            "created_at",
+            "updated_at",
+        ]
+
+
+def without_host_details(result: Any) -> Any:
+    """A runner job's result as a tenant may see it: no pid, paths or argv of the host."""
+    if not isinstance(result, dict):
+        return result
+    return {key: value for key, value in result.items() if key not in HOST_RESULT_KEYS}
+
+
+class RunListItemOut(RunOut):
+    latest_command = serializers.JSONField(read_only=True, allow_null=True)
+    latest_runner_job = serializers.SerializerMethodField()
+
+    class Meta(RunOut.Meta):
+        fields = [*RunOut.Meta.fields, "latest_command", "latest_runner_job"]
+
+    @extend_schema_field(serializers.JSONField(allow_null=True))
+    def get_latest_runner_job(self, run: Any) -> Any:
+        job = getattr(run, "latest_runner_job", None)
+        if isinstance(job, dict) and "result" in job:
+            return {**job, "result": without_host_details(job["result"])}
+        return job
+
+
+class RunFacetsOut(serializers.Serializer[Any]):
+    projects = serializers.ListField(child=serializers.CharField())
+    workspaces = serializers.ListField(child=serializers.CharField())
+    backends = serializers.ListField(child=serializers.CharField())
+    providers = serializers.ListField(child=serializers.CharField())
+    status_counts = serializers.DictField(child=serializers.IntegerField())
+
+
+class RunPageOut(serializers.Serializer[Any]):
+    items = RunListItemOut(many=True)
+    total = serializers.IntegerField()
+    page = serializers.IntegerField()
+    page_size = serializers.IntegerField()
+    facets = RunFacetsOut()
+    total_truncated = serializers.BooleanField(
+        help_text="`total` stopped counting at its cap (10,000 runs): narrow the filters."
+    )
+    facets_truncated = serializers.BooleanField(
+        help_text="`facets` describe the 1,000 most recently updated runs, not all of them."
+    )
+
+
+class DispatchIntentRefOut(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    state = serializers.CharField()
+    attempt_count = serializers.IntegerField()
+    runner_job_id = serializers.CharField()
+    next_attempt_at = serializers.DateTimeField()
+
+
+class CommandOut(serializers.ModelSerializer[Command]):
+    run_id = serializers.CharField(read_only=True)
+    dispatch_intent = serializers.SerializerMethodField()
+
+    @extend_schema_field(DispatchIntentRefOut(allow_null=True))
+    def get_dispatch_intent(self, command: Command) -> dict[str, Any] | None:
+        intent = getattr(command, "dispatch_intent", None)
+        return None if intent is None else DispatchIntentRefOut(intent).data
+
+    class Meta:
+        model = Command
+        fields = [
+            "id",
+            "run_id",
+            "seq",
+            "type",
+            "payload",
+            "payload_hash",
+            "idempotency_key",
+            "state",
+            "created_at",
+            "updated_at",
+            "acknowledged_at",
+            *CANCEL_MARK_FIELDS,
+            "dispatch_intent",
+        ]
+
+
+class EventOut(serializers.ModelSerializer[Event]):
+    run_id = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ["id", "run_id", "seq", "type", "payload", "created_at"]
+
+
+class EventPageOut(serializers.Serializer[Any]):
+    items = EventOut(many=True)
+    count = serializers.IntegerField()
+    next_after_seq = serializers.IntegerField()
+    timed_out = serializers.BooleanField()
+
+
+class CountOut(serializers.Serializer[Any]):
+    count = serializers.IntegerField()
+
+
+class CancelRequestOut(serializers.ModelSerializer[CancelRequest]):
+    run_id = serializers.CharField(read_only=True, allow_null=True)
+    command_id = serializers.CharField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = CancelRequest
+        fields = [
+            "id",
+            "target_kind",
+            "target_id",
+            "run_id",
+            "command_id",
+            "session_id",
+            "task_id",
+            "reason",
+            "requested_by",
+            "epoch",
+            "stage",
+            "metadata",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class CancelReceiptOut(serializers.Serializer[Any]):
+    cancel_request = CancelRequestOut(allow_null=True)
+    changed = serializers.BooleanField()
+    run = RunOut()
+    command = CommandOut(allow_null=True, required=False)
+
+
+class RunnerJobOut(serializers.ModelSerializer[RunnerJob]):
+    """`result` without the host's details unless the context says `operator`."""
+
+    run_id = serializers.CharField(read_only=True)
+    command_id = serializers.CharField(read_only=True)
+
+    def to_representation(self, instance: RunnerJob) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        if not self.context.get("operator"):
+            data["result"] = without_host_details(data.get("result"))
+        return data
+
+    class Meta:
+        model = RunnerJob
+        fields = [
+            "id",
+            "run_id",
+            "command_id",
+            "idempotency_key",
+            "payload_hash",
+            "attempt_id",
+            "runner_id",
+            "namespace",
+            "job_name",
+            "manager_url",
+            "image",
+            "source_commit",
+            "service_account_name",
+            "result",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class RunnerOut(serializers.ModelSerializer[Runner]):
+    class Meta:
+        model = Runner
+        fields = [
+            "id",
+            "run_id",
+            "attempt_id",
+            "backend_profile",
+            "placement",
+            "source_commit",
+            "metadata",
+            "registered_at",
+            "heartbeat_at",
+        ]
+
+
+class BackendOut(serializers.ModelSerializer[Backend]):
+    class Meta:
+        model = Backend
+        fields = ["profile", "capabilities", "capacity", "health", "updated_at"]

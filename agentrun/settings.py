@@ -75,9 +75,10 @@ DATABASES = {
         DATABASE_URL or "postgres:///", conn_max_age=0, conn_health_checks=True
     )
 }
-# How this process's connections show in pg_stat_activity (the listener names its own).
-DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get(
-    "AGENTRUN_DB_APPLICATION_NAME", "agentrun"
+# How this process's connections show in pg_stat_activity (the listener names its own):
+# the setting, else libpq's PGAPPNAME (which `up` gives each child), else "agentrun".
+DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = (
+    os.environ.get("AGENTRUN_DB_APPLICATION_NAME") or os.environ.get("PGAPPNAME") or "agentrun"
 )
 if not DATABASE_URL:
     # Importing settings starts nothing: the first connection fails with a clear message.

@@ -83,6 +83,8 @@ def celery_worker(
         "AGENTRUN_API_URL": api_url,
         "AGENTRUN_LOCAL_RUNNER_COMMAND": "",  # the reference runner, on `scripted`
         "AGENTRUN_DATA_DIR": str(data_dir),
+        # The test reads Celery's own beat and task lines, which log only at DEBUG.
+        "LOG_LEVEL": "DEBUG",
     }
     argv = [sys.executable, "-m", "celery", "-A", "agentrun", "worker", *(["-B"] if beat else [])]
     argv += ["-Q", "dispatch,maintenance", "--pool", "threads", "--concurrency", "2"]

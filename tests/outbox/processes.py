@@ -35,6 +35,8 @@ def outbox_env(data_dir: Path, **extra: str) -> dict[str, str]:
         **os.environ,
         "DATABASE_URL": database_url_for_children(),
         "AGENTRUN_DATA_DIR": str(data_dir),
+        # Tests read Celery's own beat and task lines, which log only at DEBUG.
+        "LOG_LEVEL": "DEBUG",
     }
     for name in (
         "AGENTRUN_KAFKA_BOOTSTRAP_SERVERS",

@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from agentrun.api import UnreadOut
-from agentrun.pagination import MAX_PAGE_SIZE
+from agentrun.pagination import MAX_PAGE_SIZE, NumberedPageOut
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
 from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
 from queues.services.tasks import TaskSpec
@@ -159,11 +159,8 @@ class TaskOut(UnreadOut, serializers.ModelSerializer[QueueTask]):
         exclude: list[str] = []
 
 
-class TaskPageOut(serializers.Serializer[Any]):
+class TaskPageOut(NumberedPageOut):
     items = TaskOut(many=True)
-    total = serializers.IntegerField()
-    page = serializers.IntegerField()
-    page_size = serializers.IntegerField()
 
 
 class TaskFeedOut(serializers.Serializer[Any]):

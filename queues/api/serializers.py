@@ -9,7 +9,13 @@ from rest_framework import serializers
 from agentrun.api import UnreadOut
 from agentrun.pagination import MAX_PAGE_SIZE, NumberedPageOut
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
-from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
+from queues.models import (
+    ATTEMPT_OUTCOME_FIELDS,
+    QueueAttempt,
+    QueueReadCursor,
+    QueueTask,
+    TaskState,
+)
 from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
@@ -182,13 +188,7 @@ class AttemptOut(serializers.ModelSerializer[QueueAttempt]):
             "reason",
             "payload_hash",
             "previous_attempt_id",
-            "run_id",
-            "command_id",
-            "runner_job_id",
-            "session_id",
-            "session_path",
-            "failure_kind",
-            "failure_message",
+            *ATTEMPT_OUTCOME_FIELDS,
             "created_at",
             "updated_at",
             "activated_at",

@@ -3,7 +3,9 @@
 `agentrun/settings.py` parses the environment once, but `django.conf.settings` types every
 attribute as `Any`, so apps cast (`int(settings.X)` in some, nothing in others) and a typo
 in a setting's name fails only when the line runs. Each accessor here names one setting and
-gives it one type; `tests/test_conf.py` calls every one, so a misspelt name fails there.
+gives it one type: a `Setting` row (the setting's name and its cast) for a plain value, a
+function where reading it takes more; `tests/test_conf.py` calls every one, so a misspelt
+name fails there.
 
 Accessors read `django.conf.settings` on every call, never at import: a test's `settings`
 fixture or `override_settings` takes effect at once, as a deployment's settings module
@@ -12,100 +14,65 @@ does. A read costs an attribute lookup; nothing here is cached.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
-
-def _int(name: str) -> int:
-    return int(getattr(settings, name))
+T = TypeVar("T")
 
 
-def _str(name: str) -> str:
-    return str(getattr(settings, name) or "")
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One setting read as one type, at call time: `conf.kafka_topic()`."""
+
+    name: str
+    cast: Callable[[Any], T]
+
+    def __call__(self) -> T:
+        return self.cast(getattr(settings, self.name))
 
 
-def _bool(name: str) -> bool:
-    return bool(getattr(settings, name))
+def _text(value: Any) -> str:
+    """An unset text setting reads as ""."""
+    return str(value or "")
+
+
+def _optional_text(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 # The project.
 
 
-def data_dir() -> Path:
-    return Path(settings.AGENTRUN_DATA_DIR)
-
-
-def db_pool_size() -> int:
-    """Connections a process's pool holds at most (0: no pool)."""
-    return _int("AGENTRUN_DB_POOL_SIZE")
-
-
-def database_embedded() -> bool:
-    """True when no `DATABASE_URL` was given and the embedded PostgreSQL serves."""
-    return _bool("AGENTRUN_DATABASE_EMBEDDED")
-
-
-def api_url() -> str:
-    """The URL runners call back on."""
-    return _str("AGENTRUN_API_URL")
-
-
-def source_commit() -> str:
-    return _str("AGENTRUN_SOURCE_COMMIT")
-
-
-def default_lease_ms() -> int:
-    return _int("AGENTRUN_DEFAULT_LEASE_MS")
-
-
-def max_lease_ms() -> int:
-    return _int("AGENTRUN_MAX_LEASE_MS")
-
-
-def long_poll_max_seconds() -> int:
-    return _int("AGENTRUN_LONG_POLL_MAX_SECONDS")
-
-
-def session_storage_root() -> Path:
-    return Path(settings.AGENTRUN_SESSION_STORAGE_ROOT)
+data_dir = Setting("AGENTRUN_DATA_DIR", Path)
+# Connections a process's pool holds at most (0: no pool).
+db_pool_size = Setting("AGENTRUN_DB_POOL_SIZE", int)
+# True when no `DATABASE_URL` was given and the embedded PostgreSQL serves.
+database_embedded = Setting("AGENTRUN_DATABASE_EMBEDDED", bool)
+# The URL runners call back on.
+api_url = Setting("AGENTRUN_API_URL", _text)
+source_commit = Setting("AGENTRUN_SOURCE_COMMIT", _text)
+default_lease_ms = Setting("AGENTRUN_DEFAULT_LEASE_MS", int)
+max_lease_ms = Setting("AGENTRUN_MAX_LEASE_MS", int)
+long_poll_max_seconds = Setting("AGENTRUN_LONG_POLL_MAX_SECONDS", int)
+session_storage_root = Setting("AGENTRUN_SESSION_STORAGE_ROOT", Path)
 
 
 # Runner dispatch and its launchers.
 
 
-def dispatch_batch_size() -> int:
-    return _int("AGENTRUN_DISPATCH_BATCH_SIZE")
-
-
-def dispatch_lease_ms() -> int:
-    return _int("AGENTRUN_DISPATCH_LEASE_MS")
-
-
-def dispatch_backoff_base_ms() -> int:
-    return _int("AGENTRUN_DISPATCH_BACKOFF_BASE_MS")
-
-
-def dispatch_backoff_cap_ms() -> int:
-    return _int("AGENTRUN_DISPATCH_BACKOFF_CAP_MS")
-
-
-def dispatch_max_attempts() -> int:
-    return _int("AGENTRUN_DISPATCH_MAX_ATTEMPTS")
-
-
-def dispatch_capacity_wait_ms() -> int:
-    return _int("AGENTRUN_DISPATCH_CAPACITY_WAIT_MS")
-
-
-def dispatch_wake_on_commit() -> bool:
-    return _bool("AGENTRUN_DISPATCH_WAKE_ON_COMMIT")
-
-
-def launcher() -> str:
-    """The default launcher kind (`local`, `kubernetes`, or an extra one)."""
-    return _str("AGENTRUN_LAUNCHER")
+dispatch_batch_size = Setting("AGENTRUN_DISPATCH_BATCH_SIZE", int)
+dispatch_lease_ms = Setting("AGENTRUN_DISPATCH_LEASE_MS", int)
+dispatch_backoff_base_ms = Setting("AGENTRUN_DISPATCH_BACKOFF_BASE_MS", int)
+dispatch_backoff_cap_ms = Setting("AGENTRUN_DISPATCH_BACKOFF_CAP_MS", int)
+dispatch_max_attempts = Setting("AGENTRUN_DISPATCH_MAX_ATTEMPTS", int)
+dispatch_capacity_wait_ms = Setting("AGENTRUN_DISPATCH_CAPACITY_WAIT_MS", int)
+dispatch_wake_on_commit = Setting("AGENTRUN_DISPATCH_WAKE_ON_COMMIT", bool)
+# The default launcher kind (`local`, `kubernetes`, or an extra one).
+launcher = Setting("AGENTRUN_LAUNCHER", _text)
 
 
 def extra_launchers() -> dict[str, str]:
@@ -113,42 +80,24 @@ def extra_launchers() -> dict[str, str]:
     return {str(name): str(path) for name, path in settings.AGENTRUN_EXTRA_LAUNCHERS.items()}
 
 
-def local_runner_command() -> str | None:
-    return _str("AGENTRUN_LOCAL_RUNNER_COMMAND") or None
-
-
-def runner_image() -> str:
-    return _str("AGENTRUN_RUNNER_IMAGE")
-
-
-def kubernetes_namespace() -> str:
-    return _str("AGENTRUN_KUBERNETES_NAMESPACE")
+local_runner_command = Setting("AGENTRUN_LOCAL_RUNNER_COMMAND", _optional_text)
+runner_image = Setting("AGENTRUN_RUNNER_IMAGE", _text)
+kubernetes_namespace = Setting("AGENTRUN_KUBERNETES_NAMESPACE", _text)
 
 
 # Maintenance: reaper and reconciliation.
 
 
-def maintenance_batch_size() -> int:
-    return _int("AGENTRUN_MAINTENANCE_BATCH_SIZE")
-
-
-def lease_reap_grace_ms() -> int:
-    return _int("AGENTRUN_LEASE_REAP_GRACE_MS")
-
-
-def reconcile_grace_ms() -> int:
-    return _int("AGENTRUN_RECONCILE_GRACE_MS")
+maintenance_batch_size = Setting("AGENTRUN_MAINTENANCE_BATCH_SIZE", int)
+lease_reap_grace_ms = Setting("AGENTRUN_LEASE_REAP_GRACE_MS", int)
+reconcile_grace_ms = Setting("AGENTRUN_RECONCILE_GRACE_MS", int)
 
 
 # The work queue.
 
 
-def queue_batch_size() -> int:
-    return _int("AGENTRUN_QUEUE_BATCH_SIZE")
-
-
-def queue_wake_on_commit() -> bool:
-    return _bool("AGENTRUN_QUEUE_WAKE_ON_COMMIT")
+queue_batch_size = Setting("AGENTRUN_QUEUE_BATCH_SIZE", int)
+queue_wake_on_commit = Setting("AGENTRUN_QUEUE_WAKE_ON_COMMIT", bool)
 
 
 def queue_concurrency() -> object:
@@ -157,86 +106,36 @@ def queue_concurrency() -> object:
     return settings.AGENTRUN_QUEUE_CONCURRENCY
 
 
-def queue_session_turns_queue() -> str:
-    return _str("AGENTRUN_QUEUE_SESSION_TURNS_QUEUE")
-
-
-def queue_session_turn_priority() -> int:
-    return _int("AGENTRUN_QUEUE_SESSION_TURN_PRIORITY")
+queue_session_turns_queue = Setting("AGENTRUN_QUEUE_SESSION_TURNS_QUEUE", _text)
+queue_session_turn_priority = Setting("AGENTRUN_QUEUE_SESSION_TURN_PRIORITY", int)
 
 
 # Kafka and the outbox.
 
 
-def kafka_bootstrap_servers() -> str:
-    """Empty when the outbox is off."""
-    return _str("AGENTRUN_KAFKA_BOOTSTRAP_SERVERS")
-
-
-def kafka_topic() -> str:
-    return _str("AGENTRUN_KAFKA_TOPIC")
-
-
-def kafka_topic_partitions() -> int:
-    return _int("AGENTRUN_KAFKA_TOPIC_PARTITIONS")
-
-
-def kafka_topic_replication() -> int:
-    """-1: the broker's default."""
-    return _int("AGENTRUN_KAFKA_TOPIC_REPLICATION")
-
-
-def kafka_source() -> str:
-    """The CloudEvents `source` of every message."""
-    return _str("AGENTRUN_KAFKA_SOURCE")
-
-
-def kafka_message_max_bytes() -> int:
-    return _int("AGENTRUN_KAFKA_MESSAGE_MAX_BYTES")
-
-
-def outbox_batch_size() -> int:
-    return _int("AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE")
-
-
-def outbox_lease_ms() -> int:
-    return _int("AGENTRUN_KAFKA_OUTBOX_LEASE_MS")
-
-
-def outbox_backoff_base_ms() -> int:
-    return _int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS")
-
-
-def outbox_backoff_cap_ms() -> int:
-    return _int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS")
-
-
-def outbox_retention_days() -> int:
-    return _int("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS")
-
-
-def outbox_wake_on_commit() -> bool:
-    return _bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT")
-
-
-def metrics_backlog_refresh_s() -> float:
-    """How stale `/metrics`' backlog gauges may be: one database read per interval."""
-    return float(settings.AGENTRUN_METRICS_BACKLOG_REFRESH_S)
-
-
-def broker_poll_ms() -> int:
-    """How often an idle consumer polls the database broker (agentrun/broker.py)."""
-    return _int("AGENTRUN_BROKER_POLL_MS")
-
-
-def heartbeat_interval_s() -> float:
-    """How often a worker and beat write their heartbeat (ops/heartbeats.py)."""
-    return float(settings.AGENTRUN_HEARTBEAT_INTERVAL_S)
-
-
-def heartbeat_stale_s() -> float:
-    """When a heartbeat counts as stale for /readyz."""
-    return float(settings.AGENTRUN_HEARTBEAT_STALE_S)
+# Empty when the outbox is off.
+kafka_bootstrap_servers = Setting("AGENTRUN_KAFKA_BOOTSTRAP_SERVERS", _text)
+kafka_topic = Setting("AGENTRUN_KAFKA_TOPIC", _text)
+kafka_topic_partitions = Setting("AGENTRUN_KAFKA_TOPIC_PARTITIONS", int)
+# -1: the broker's default.
+kafka_topic_replication = Setting("AGENTRUN_KAFKA_TOPIC_REPLICATION", int)
+# The CloudEvents `source` of every message.
+kafka_source = Setting("AGENTRUN_KAFKA_SOURCE", _text)
+kafka_message_max_bytes = Setting("AGENTRUN_KAFKA_MESSAGE_MAX_BYTES", int)
+outbox_batch_size = Setting("AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE", int)
+outbox_lease_ms = Setting("AGENTRUN_KAFKA_OUTBOX_LEASE_MS", int)
+outbox_backoff_base_ms = Setting("AGENTRUN_KAFKA_OUTBOX_BACKOFF_BASE_MS", int)
+outbox_backoff_cap_ms = Setting("AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS", int)
+outbox_retention_days = Setting("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS", int)
+outbox_wake_on_commit = Setting("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT", bool)
+# How stale `/metrics`' backlog gauges may be: one database read per interval.
+metrics_backlog_refresh_s = Setting("AGENTRUN_METRICS_BACKLOG_REFRESH_S", float)
+# How often an idle consumer polls the database broker (agentrun/broker.py).
+broker_poll_ms = Setting("AGENTRUN_BROKER_POLL_MS", int)
+# How often a worker and beat write their heartbeat (ops/heartbeats.py).
+heartbeat_interval_s = Setting("AGENTRUN_HEARTBEAT_INTERVAL_S", float)
+# When a heartbeat counts as stale for /readyz.
+heartbeat_stale_s = Setting("AGENTRUN_HEARTBEAT_STALE_S", float)
 
 
 # Security (issue 16): launch profiles, runner environment, runner key lifetime.
@@ -256,13 +155,11 @@ def runner_env_passthrough() -> list[str]:
     return [str(name) for name in settings.AGENTRUN_RUNNER_ENV_PASSTHROUGH]
 
 
-def runner_key_ttl_s() -> int:
-    return _int("AGENTRUN_RUNNER_KEY_TTL_S")
+runner_key_ttl_s = Setting("AGENTRUN_RUNNER_KEY_TTL_S", int)
 
 
 # Tenancy.
 
 
-def tenant_runner_share_percent() -> int:
-    """The most of a limited profile's runner slots one tenant may hold, in percent."""
-    return _int("AGENTRUN_TENANT_RUNNER_SHARE_PERCENT")
+# The most of a limited profile's runner slots one tenant may hold, in percent.
+tenant_runner_share_percent = Setting("AGENTRUN_TENANT_RUNNER_SHARE_PERCENT", int)

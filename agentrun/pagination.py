@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from agentrun.validation import StrictSerializer
@@ -22,3 +24,11 @@ class SeqCursorQuery(StrictSerializer):
 
     after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=MAX_EVENT_PAGE, default=100)
+
+
+class NumberedPageOut(serializers.Serializer[Any]):
+    """Where a page-numbered list's page stands: a subclass adds its `items`."""
+
+    total = serializers.IntegerField()
+    page = serializers.IntegerField()
+    page_size = serializers.IntegerField()

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -91,12 +91,7 @@ class DeliveryFailure:
         return cls(error.name(), error.str(), bool(error.retriable()), bool(error.fatal()))
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "message": self.message,
-            "retriable": self.retriable,
-            "fatal": self.fatal,
-        }
+        return asdict(self)
 
 
 def deliver(messages: list[OutgoingMessage]) -> list[DeliveryFailure | None]:

@@ -141,6 +141,20 @@ class QueueTask(models.Model):
         return value if isinstance(value, str) and value else None
 
 
+# What an attempt led to: the run, command, runner job and session it made, and its failure.
+ATTEMPT_OUTCOME_FIELDS = (
+    "run_id",
+    "command_id",
+    "runner_job_id",
+    "session_id",
+    "session_path",
+    "failure_kind",
+    "failure_message",
+)
+# What a task row's `latest_attempt` projection carries of its latest attempt, in order.
+LATEST_ATTEMPT_FIELDS = ("attempt_id", "retry_index", "state", *ATTEMPT_OUTCOME_FIELDS)
+
+
 class QueueAttempt(models.Model):
     """One try at a task. Not registered in admin: Django admin does not support composite
     primary keys; the task's admin page shows its attempts instead."""
@@ -215,18 +229,7 @@ class QueueAttempt(models.Model):
 
     def as_ref(self) -> dict[str, Any]:
         """The `latest_attempt` projection the task row carries."""
-        return {
-            "attempt_id": self.attempt_id,
-            "retry_index": self.retry_index,
-            "state": self.state,
-            "run_id": self.run_id,
-            "command_id": self.command_id,
-            "runner_job_id": self.runner_job_id,
-            "session_id": self.session_id,
-            "session_path": self.session_path,
-            "failure_kind": self.failure_kind,
-            "failure_message": self.failure_message,
-        }
+        return {name: getattr(self, name) for name in LATEST_ATTEMPT_FIELDS}
 
 
 class QueueReadCursor(models.Model):

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agentrun.errors import conflict
 from agentrun.tenancy import Scope
-from runs.models import Run
+from runs.models import Command, CommandType, Run
 from sessions.locks import lock_or_insert_session, lock_session
 from sessions.models import ExecutionState, Session, title_from_text
 from sessions.versions import next_session_version
@@ -157,13 +157,17 @@ def _show_turn_running_locked(
 ) -> None:
     """The session shows `command_id` of `run` as its running turn (a new version): what a
     turn start and a steer of the current turn both write."""
+    _show_run_running_locked(run, session, bump=True, last_command_id=command_id, **more)
+
+
+def _show_run_running_locked(run: Run, session: Session | None, *, bump: bool, **more: Any) -> None:
+    """The session shows `run` as its running, and latest, run."""
     touch_session_for_run_locked(
         run,
-        bump=True,
+        bump=bump,
         session=session,
         execution_state=ExecutionState.RUNNING,
         last_run_id=run.id,
-        last_command_id=command_id,
         active_run_id=run.id,
         **more,
     )
@@ -177,14 +181,7 @@ def project_claim_locked(run: Run) -> None:
     then refuse every turn (tests/soak found it). Needs the run lock."""
     session = _current_turn_session(run, None)
     if session is not None:
-        touch_session_for_run_locked(
-            run,
-            bump=False,
-            session=session,
-            execution_state=ExecutionState.RUNNING,
-            active_run_id=run.id,
-            last_run_id=run.id,
-        )
+        _show_run_running_locked(run, session, bump=False)
 
 
 def _current_turn_session(run: Run, session: Session | None) -> Session | None:
@@ -221,6 +218,17 @@ def project_turn_terminal_locked(
     if command_id is not None:
         changes["last_command_id"] = command_id
     touch_session_for_run_locked(run, bump=True, session=session, **changes)
+
+
+def project_command_terminal_locked(
+    run: Run, command: Command, *, terminal_status: str, failure_kind: str | None
+) -> None:
+    """A command ended: a turn's end is its session's turn end (a steer or an interrupt
+    ends no turn)."""
+    if command.type == CommandType.TURN:
+        project_turn_terminal_locked(
+            run, command_id=command.id, terminal_status=terminal_status, failure_kind=failure_kind
+        )
 
 
 def project_run_terminal_locked(run: Run, *, session: Session | None = None) -> None:

@@ -13,11 +13,23 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from agentrun import conf
 
-ACCESSORS = [
-    function
-    for name, function in inspect.getmembers(conf, inspect.isfunction)
-    if not name.startswith("_") and function.__module__ == conf.__name__
+ACCESSORS: list[Any] = [
+    accessor
+    for name, accessor in inspect.getmembers(conf)
+    if not name.startswith("_")
+    and (
+        isinstance(accessor, conf.Setting)
+        or (inspect.isfunction(accessor) and accessor.__module__ == conf.__name__)
+    )
 ]
+
+
+def _declared(accessor: Any) -> Any:
+    """A function's return annotation; a `Setting` row's cast (a type, or a function's)."""
+    if isinstance(accessor, conf.Setting):
+        cast = accessor.cast
+        return cast if isinstance(cast, type) else typing.get_type_hints(cast)["return"]
+    return typing.get_type_hints(accessor)["return"]
 
 
 def _runtime_types(declared: Any) -> tuple[type, ...]:
@@ -29,11 +41,11 @@ def _runtime_types(declared: Any) -> tuple[type, ...]:
 def test_every_accessor_reads_a_real_setting_as_its_declared_type() -> None:
     assert len(ACCESSORS) > 30
     for accessor in ACCESSORS:
-        declared = typing.get_type_hints(accessor)["return"]
+        declared = _declared(accessor)
         value = accessor()  # a misspelt setting name raises AttributeError here
         if declared is object:
             continue
-        assert isinstance(value, _runtime_types(declared)), (accessor.__name__, value)
+        assert isinstance(value, _runtime_types(declared)), (accessor, value)
 
 
 def test_accessors_read_the_settings_at_call_time(settings: SettingsWrapper) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.utils import timezone
 
@@ -57,15 +56,16 @@ REPAIRS: dict[str, Callable[[str], str]] = {
 
 
 @dataclass(frozen=True)
-class Repair:
-    """What repairing one finding did; `ok` is False when the service refused."""
+class Repair(Finding):
+    """A finding and what repairing it did; `ok` is False when the service refused. Its
+    `as_dict` is the finding's, with `ok` and `result` after."""
 
-    finding: Finding
     ok: bool
     result: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.finding.as_dict(), "ok": self.ok, "result": self.result}
+    @classmethod
+    def of(cls, finding: Finding, ok: bool, result: str) -> Repair:
+        return cls(finding.kind, finding.object_id, finding.detail, ok, result)
 
 
 def diagnose(*, limit: int = 100, now: datetime | None = None) -> list[Finding]:
@@ -79,7 +79,7 @@ def repair(findings: list[Finding]) -> list[Repair]:
     done = []
     for finding in findings:
         try:
-            done.append(Repair(finding, True, REPAIRS[finding.kind](finding.object_id)))
+            done.append(Repair.of(finding, True, REPAIRS[finding.kind](finding.object_id)))
         except AgentRunError as error:
-            done.append(Repair(finding, False, error.message))
+            done.append(Repair.of(finding, False, error.message))
     return done

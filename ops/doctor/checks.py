@@ -10,11 +10,12 @@ outlived that cadence.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.fields.json import KT
 
 from agentrun import conf
@@ -42,82 +43,71 @@ class Finding:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def per_row(cls, kind: str, rows: Iterable[Sequence[Any]], detail: str) -> list[Finding]:
+        """One finding per row of a check's read: the row's first value is the object,
+        the others fill `detail`'s `{}` in order."""
+        return [cls(kind, row[0], detail.format(*row[1:])) for row in rows]
+
+    @classmethod
+    def first(
+        cls, limit: int, kind: str, found: QuerySet[Any], columns: tuple[str, ...], detail: str
+    ) -> list[Finding]:
+        """The first `limit` rows of a check's query in object order (`columns[0]`, the
+        object's id), as findings."""
+        rows = found.values_list(*columns).order_by(columns[0])[:limit]
+        return cls.per_row(kind, rows, detail)
+
 
 def sessions_with_ended_turn(limit: int) -> list[Finding]:
     """Sessions whose active run is terminal."""
     status = Run.objects.filter(pk=OuterRef("active_run_id")).values("status")[:1]
-    rows = (
+    ended = (
         Session.objects.filter(active_run_id__isnull=False)
         .annotate(run_status=Subquery(status))
         .filter(run_status__in=TERMINAL_RUN_STATUSES)
-        .values_list("session_id", "active_run_id", "run_status")
-        .order_by("session_id")[:limit]
     )
-    return [
-        Finding("session-active-run-terminal", sid, f"active run {run_id} is {run_status}")
-        for sid, run_id, run_status in rows
-    ]
+    columns = ("session_id", "active_run_id", "run_status")
+    detail = "active run {} is {}"
+    return Finding.first(limit, "session-active-run-terminal", ended, columns, detail)
 
 
 def sessions_with_missing_run(limit: int) -> list[Finding]:
     """Sessions whose active run does not exist."""
-    rows = (
-        Session.objects.filter(active_run_id__isnull=False)
-        .exclude(Exists(Run.objects.filter(pk=OuterRef("active_run_id"))))
-        .values_list("session_id", "active_run_id")
-        .order_by("session_id")[:limit]
+    missing = Session.objects.filter(active_run_id__isnull=False).exclude(
+        Exists(Run.objects.filter(pk=OuterRef("active_run_id")))
     )
-    return [
-        Finding("session-active-run-missing", sid, f"active run {run_id} does not exist")
-        for sid, run_id in rows
-    ]
+    columns = ("session_id", "active_run_id")
+    detail = "active run {} does not exist"
+    return Finding.first(limit, "session-active-run-missing", missing, columns, detail)
 
 
 def claimed_runs_without_lease(limit: int) -> list[Finding]:
     """Claimed or running runs with no `agentrun_leases` row (the claim writes both)."""
-    rows = (
-        Run.objects.filter(status__in=LEASED_RUN_STATUSES)
-        .exclude(Exists(Lease.objects.filter(run=OuterRef("pk"))))
-        .values_list("id", "status", "claimed_by")
-        .order_by("id")[:limit]
+    unleased = Run.objects.filter(status__in=LEASED_RUN_STATUSES).exclude(
+        Exists(Lease.objects.filter(run=OuterRef("pk")))
     )
-    return [
-        Finding("run-claimed-without-lease", run_id, f"{status} by {runner} with no lease row")
-        for run_id, status, runner in rows
-    ]
+    columns = ("id", "status", "claimed_by")
+    detail = "{} by {} with no lease row"
+    return Finding.first(limit, "run-claimed-without-lease", unleased, columns, detail)
 
 
 def leases_on_terminal_runs(limit: int) -> list[Finding]:
     """Lease rows of terminal runs (terminalising deletes the lease)."""
-    rows = (
-        Lease.objects.filter(run__status__in=TERMINAL_RUN_STATUSES)
-        .values_list("run_id", "run__status", "runner_id")
-        .order_by("run_id")[:limit]
-    )
-    return [
-        Finding("lease-on-terminal-run", run_id, f"run is {status}; lease held by {runner}")
-        for run_id, status, runner in rows
-    ]
+    leases = Lease.objects.filter(run__status__in=TERMINAL_RUN_STATUSES)
+    columns = ("run_id", "run__status", "runner_id")
+    detail = "run is {}; lease held by {}"
+    return Finding.first(limit, "lease-on-terminal-run", leases, columns, detail)
 
 
 def open_intents_of_ended_runs(limit: int) -> list[Finding]:
     """Open dispatch intents whose run or command is terminal (no claim takes them)."""
-    rows = (
-        RunnerDispatchIntent.objects.filter(state__in=OPEN_INTENT_STATES)
-        .filter(
-            Q(run__status__in=TERMINAL_RUN_STATUSES) | Q(command__state__in=TERMINAL_COMMAND_STATES)
-        )
-        .values_list("id", "state", "run_id", "run__status", "command__state")
-        .order_by("id")[:limit]
+    stranded = RunnerDispatchIntent.objects.filter(state__in=OPEN_INTENT_STATES).filter(
+        Q(run__status__in=TERMINAL_RUN_STATUSES) | Q(command__state__in=TERMINAL_COMMAND_STATES)
     )
-    return [
-        Finding(
-            "intent-open-on-terminal-run",
-            intent_id,
-            f"{state} while run {run_id} is {run_status} and its command {command_state}",
-        )
-        for intent_id, state, run_id, run_status, command_state in rows
-    ]
+    columns = ("id", "state", "run_id", "run__status", "command__state")
+    detail = "{} while run {} is {} and its command {}"
+    return Finding.first(limit, "intent-open-on-terminal-run", stranded, columns, detail)
 
 
 def tasks_disagreeing_with_run(limit: int) -> list[Finding]:

@@ -7,9 +7,15 @@ from typing import Any
 from rest_framework import serializers
 
 from agentrun.api import UnreadOut
-from agentrun.pagination import MAX_PAGE_SIZE
+from agentrun.pagination import MAX_PAGE_SIZE, NumberedPageOut
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
-from queues.models import QueueAttempt, QueueReadCursor, QueueTask, TaskState
+from queues.models import (
+    ATTEMPT_OUTCOME_FIELDS,
+    QueueAttempt,
+    QueueReadCursor,
+    QueueTask,
+    TaskState,
+)
 from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
@@ -159,11 +165,8 @@ class TaskOut(UnreadOut, serializers.ModelSerializer[QueueTask]):
         exclude: list[str] = []
 
 
-class TaskPageOut(serializers.Serializer[Any]):
+class TaskPageOut(NumberedPageOut):
     items = TaskOut(many=True)
-    total = serializers.IntegerField()
-    page = serializers.IntegerField()
-    page_size = serializers.IntegerField()
 
 
 class TaskFeedOut(serializers.Serializer[Any]):
@@ -185,13 +188,7 @@ class AttemptOut(serializers.ModelSerializer[QueueAttempt]):
             "reason",
             "payload_hash",
             "previous_attempt_id",
-            "run_id",
-            "command_id",
-            "runner_job_id",
-            "session_id",
-            "session_path",
-            "failure_kind",
-            "failure_message",
+            *ATTEMPT_OUTCOME_FIELDS,
             "created_at",
             "updated_at",
             "activated_at",

@@ -12,6 +12,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from agentrun.pagination import NumberedPageOut
 from runs.models import (
     CANCEL_MARK_FIELDS,
     RUN_OUTCOME_FIELDS,
@@ -83,11 +84,8 @@ class RunFacetsOut(serializers.Serializer[Any]):
     status_counts = serializers.DictField(child=serializers.IntegerField())
 
 
-class RunPageOut(serializers.Serializer[Any]):
+class RunPageOut(NumberedPageOut):
     items = RunListItemOut(many=True)
-    total = serializers.IntegerField()
-    page = serializers.IntegerField()
-    page_size = serializers.IntegerField()
     facets = RunFacetsOut()
     total_truncated = serializers.BooleanField(
         help_text="`total` stopped counting at its cap (10,000 runs): narrow the filters."

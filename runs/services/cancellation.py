@@ -161,13 +161,10 @@ def _cancel_open_command_locked(
     )
     events.add(run, "backend_status", _terminal_payload(command, cancel, reason=reason))
     _record_stage(events, run, cancel, CancelStage.TERMINALIZED)
+    projection.project_command_terminal_locked(
+        run, command, terminal_status=RunStatus.CANCELLED, failure_kind=FailureKind.CANCELLED
+    )
     if command.type == "turn":
-        projection.project_turn_terminal_locked(
-            run,
-            command_id=command.id,
-            terminal_status=RunStatus.CANCELLED,
-            failure_kind=FailureKind.CANCELLED,
-        )
         queue_projection.on_command_cancelled_locked(run, command)  # a task's turn
     return cancel
 

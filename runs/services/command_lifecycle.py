@@ -278,13 +278,9 @@ def _terminalize_command_locked(
     intents.fence_open_intents_locked(
         run=run, command=command, reason=f"command terminalized as {command.state}"
     )
-    if command.type == "turn":
-        projection.project_turn_terminal_locked(
-            run,
-            command_id=command.id,
-            terminal_status=result.terminal_status,
-            failure_kind=result.failure_kind,
-        )
+    projection.project_command_terminal_locked(
+        run, command, terminal_status=result.terminal_status, failure_kind=result.failure_kind
+    )
     events.add(
         run,
         "backend_status",

@@ -37,7 +37,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{finding.kind}  {finding.object_id}  {finding.detail}")
         for done in repairs:
             mark = "fixed" if done.ok else "REFUSED"
-            self.stdout.write(f"{mark}  {done.finding.object_id}  {done.result}")
+            self.stdout.write(f"{mark}  {done.object_id}  {done.result}")
         fixed = sum(done.ok for done in repairs)
         summary = f"{len(findings)} problem(s) found" + (f", {fixed} repaired" if repairs else "")
         self.stdout.write(summary if findings else "no problems found")

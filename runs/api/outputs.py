@@ -13,9 +13,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentrun.pagination import NumberedPageOut
+from runs import models as run_fields  # the field lists RunOut and CommandOut share
 from runs.models import (
-    CANCEL_MARK_FIELDS,
-    RUN_OUTCOME_FIELDS,
     Backend,
     CancelRequest,
     Command,
@@ -44,11 +43,11 @@ class RunOut(serializers.ModelSerializer[Run]):
             "execution_policy",
             "trace_sink",
             "status",
-            *RUN_OUTCOME_FIELDS,
+            *run_fields.RUN_OUTCOME_FIELDS,
             "claimed_by",
             "lease_expires_at",
             "lease_epoch",
-            *CANCEL_MARK_FIELDS,
+            *run_fields.CANCEL_MARK_FIELDS,
             "created_at",
             "updated_at",
         ]
@@ -126,7 +125,7 @@ class CommandOut(serializers.ModelSerializer[Command]):
             "created_at",
             "updated_at",
             "acknowledged_at",
-            *CANCEL_MARK_FIELDS,
+            *run_fields.CANCEL_MARK_FIELDS,
             "dispatch_intent",
         ]
 

@@ -12,4 +12,5 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentrun.settings")
+os.environ["AGENTRUN_DB_POOL_ENABLED"] = "1"  # the server pools its connections (settings)
 application = get_asgi_application()

@@ -158,3 +158,34 @@ def _code(status: int) -> str:
         415: "unsupported_media_type",
         429: "throttled",
     }.get(status, "internal_error" if status >= 500 else "error")
+
+
+class StaticFilesMiddleware:
+    """whitenoise's file serving in a middleware that is async-capable too: whitenoise's own
+    middleware is sync-only, and one sync middleware makes Django run the whole chain in a
+    thread per request — every waiting long-poll would hold a thread again."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Handler) -> None:
+        from whitenoise.middleware import WhiteNoiseMiddleware
+
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+        # Its lookup and response only: an inner handler answering None means "not a file".
+        self._files = WhiteNoiseMiddleware(lambda request: None)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        return self._files(request) or self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> Any:
+        served = self._files(request)
+        if served is not None:
+            return served
+        inner: Awaitable[HttpResponseBase] = self.get_response(request)
+        return await inner

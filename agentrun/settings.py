@@ -83,7 +83,10 @@ DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = (
 if not DATABASE_URL:
     # Importing settings starts nothing: the first connection fails with a clear message.
     DATABASES["default"]["ENGINE"] = "agentrun.unconfigured_db"
-elif AGENTRUN_DB_POOL_SIZE > 0:
+elif AGENTRUN_DB_POOL_SIZE > 0 and os.environ.get("AGENTRUN_DB_POOL_ENABLED") == "1":
+    # Only the ASGI server pools (agentrun/asgi.py sets the flag): its requests give their
+    # connection back at their end. Celery threads, commands and tests have no request end,
+    # so a pooled connection would stay lent for the thread's life and starve the pool.
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": min(2, AGENTRUN_DB_POOL_SIZE),
         "max_size": AGENTRUN_DB_POOL_SIZE,
@@ -135,7 +138,7 @@ MIDDLEWARE = [
     "agentrun.middleware.LogContextMiddleware",
     "agentrun.middleware.JsonErrorMiddleware",  # the JSON envelope outside /admin/
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",  # /static/ in every mode (after security)
+    "agentrun.middleware.StaticFilesMiddleware",  # /static/ always (whitenoise, async-capable)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

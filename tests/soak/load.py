@@ -22,8 +22,6 @@ from typing import Any
 
 import django
 
-from agentrun.tenancy import Scope
-
 SESSIONS = [f"soak-sess-{n}" for n in range(8)]
 TENANT = "tenant-soak"
 WHEN_BUSY = ["reject", "steer", "interrupt", "enqueue"]
@@ -83,12 +81,14 @@ class Load:
         )
 
     def steer(self) -> None:
+        from agentrun.tenancy import Scope
         from sessions.services.steering import admit_steer
 
         session = self.rng.choice(SESSIONS)
         admit_steer(session_id=session, scope=Scope.tenant(TENANT), payload={"text": "steer"})
 
     def cancel(self) -> None:
+        from agentrun.tenancy import Scope
         from runs.services.cancellation import cancel_run
         from sessions.services.steering import cancel_session
 

@@ -5,15 +5,16 @@ Importing the settings must start nothing (SPEC §9.1), yet `manage.py --help`, 
 `makemigrations` and mypy must work without a database. So with no `DATABASE_URL` the
 settings name this backend: it is the PostgreSQL backend in every respect (features,
 operations, introspection) except that the first connection attempt, pooled or not,
-raises `ImproperlyConfigured` with what to do instead of a socket error.
+raises Django's `OperationalError` (what an unreachable database raises, so
+`makemigrations` only warns that it cannot check the history) with what to do instead.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.postgresql import base
+from django.db.utils import OperationalError
 
 NOT_CONFIGURED = (
     "DATABASE_URL is not set: `make run` (or `manage.py up`) starts an embedded PostgreSQL, "
@@ -25,4 +26,4 @@ NOT_CONFIGURED = (
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self) -> dict[str, Any]:
         # Both the plain and the pooled connection paths ask for their parameters first.
-        raise ImproperlyConfigured(NOT_CONFIGURED)
+        raise OperationalError(NOT_CONFIGURED)

@@ -160,21 +160,15 @@ def _code(status: int) -> str:
     }.get(status, "internal_error" if status >= 500 else "error")
 
 
-class StaticFilesMiddleware:
+class StaticFilesMiddleware(_Both):
     """whitenoise's file serving in a middleware that is async-capable too: whitenoise's own
     middleware is sync-only, and one sync middleware makes Django run the whole chain in a
     thread per request — every waiting long-poll would hold a thread again."""
 
-    sync_capable = True
-    async_capable = True
-
     def __init__(self, get_response: Handler) -> None:
         from whitenoise.middleware import WhiteNoiseMiddleware
 
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+        super().__init__(get_response)
         # Its lookup and response only: an inner handler answering None means "not a file".
         self._files = WhiteNoiseMiddleware(lambda request: None)
 

@@ -12,6 +12,7 @@ import random
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 RETRY_BASE_S = 0.2
@@ -43,6 +44,25 @@ class ApiClient:
 
     def post(self, path: str, body: dict[str, Any], *, deadline: float | None = None) -> Any:
         return self.call("POST", path, body, deadline=deadline)
+
+    def post_or_stop(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        deadline: float,
+        on_stop: Callable[[str], None],
+        refusal: Callable[[ApiError], str],
+    ) -> Any | None:
+        """A runner write that stops the runner when it is refused (`refusal` says why) or
+        the API stays unreachable until the lease ends; None when it stopped."""
+        try:
+            return self.post(path, body, deadline=deadline)
+        except ApiError as error:
+            on_stop(refusal(error))
+        except ApiUnavailable:
+            on_stop("lost-api")
+        return None
 
     def call(
         self, method: str, path: str, body: Any = None, *, deadline: float | None = None

@@ -103,17 +103,14 @@ class Runner:
     def _heartbeat_loop(self) -> None:
         interval = self.lease_ms / 3000
         while not self.stopped.wait(interval):
-            try:
-                run = self.api.post(
-                    f"/runs/{self.run_id}/heartbeat",
-                    {**self.fence, "lease_ms": self.lease_ms},
-                    deadline=self.lease_deadline,
-                )
-            except ApiError as error:
-                self.stop(self._refusal(error))
-                return
-            except ApiUnavailable:
-                self.stop("lost-api")
+            run = self.api.post_or_stop(
+                f"/runs/{self.run_id}/heartbeat",
+                {**self.fence, "lease_ms": self.lease_ms},
+                deadline=self.lease_deadline,
+                on_stop=self.stop,
+                refusal=self._refusal,
+            )
+            if run is None:
                 return
             if run["status"] in ("completed", "failed", "blocked", "cancelled"):
                 self.stop("cancelled" if run["status"] == "cancelled" else "run-terminal")

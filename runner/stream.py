@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runner.client import ApiClient, ApiError, ApiUnavailable
+from runner.client import ApiClient, ApiError
 from runner.phases import LATE_WRITE_REJECTED
 
 
@@ -76,15 +76,14 @@ class EventStream:
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
         if not batch:
             return
-        try:
-            answer = self.api.post(
-                self.path, {**self.fence, "events": batch}, deadline=self.deadline()
-            )
-        except ApiError as error:
-            self.on_stop(self._refusal(error))
-            return
-        except ApiUnavailable:
-            self.on_stop("lost-api")
+        answer = self.api.post_or_stop(
+            self.path,
+            {**self.fence, "events": batch},
+            deadline=self.deadline(),
+            on_stop=self.on_stop,
+            refusal=self._refusal,
+        )
+        if answer is None:
             return
         self.posted_batches += 1
         if any(item["payload"].get("phase") == LATE_WRITE_REJECTED for item in answer["items"]):

@@ -81,16 +81,8 @@ class RunCreateIn(StrictSerializer):
 
     def spec(self) -> RunSpec:
         data = self.validated_data
-        return RunSpec(
-            project_id=data["project_id"],
-            workspace_ref=dict(data["workspace_ref"]),
-            provider_id=data["provider_id"],
-            backend_profile=data["backend_profile"],
-            execution_policy=data.get("execution_policy") or {},
-            session_ref=dict(data["session_ref"]) if data.get("session_ref") else None,
-            resource_bundle_ref=data.get("resource_bundle_ref"),
-            trace_sink=data.get("trace_sink"),
-        )
+        session_ref = dict(data["session_ref"]) if data.get("session_ref") else None
+        return RunSpec.from_request(data, session_ref=session_ref)
 
 
 class CancelIn(StrictSerializer):

@@ -10,6 +10,7 @@ a run (its status, open commands, claim and thread) is `runs.services.terminal`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,22 @@ class RunSpec:
     session_ref: dict[str, Any] | None = None
     resource_bundle_ref: dict[str, Any] | None = None
     trace_sink: dict[str, Any] | None = None
+
+    @classmethod
+    def from_request(
+        cls, data: Mapping[str, Any], *, session_ref: dict[str, Any] | None
+    ) -> RunSpec:
+        """A spec from a validated request body (a run's, or a session turn's `run`)."""
+        return cls(
+            project_id=data["project_id"],
+            workspace_ref=dict(data["workspace_ref"]),
+            provider_id=data["provider_id"],
+            backend_profile=data["backend_profile"],
+            execution_policy=data.get("execution_policy") or {},
+            session_ref=session_ref,
+            resource_bundle_ref=data.get("resource_bundle_ref"),
+            trace_sink=data.get("trace_sink"),
+        )
 
     def fingerprint(self, tenant_id: str) -> str:
         session_id = (self.session_ref or {}).get("session_id")

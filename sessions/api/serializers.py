@@ -75,16 +75,7 @@ class TurnIn(StrictSerializer):
             "metadata": run.get("metadata") or {},
             "expires_at": expires_at.isoformat() if expires_at else None,
         }
-        return RunSpec(
-            project_id=run["project_id"],
-            workspace_ref=dict(run["workspace_ref"]),
-            provider_id=run["provider_id"],
-            backend_profile=run["backend_profile"],
-            execution_policy=run.get("execution_policy") or {},
-            session_ref=session_ref,
-            resource_bundle_ref=run.get("resource_bundle_ref"),
-            trace_sink=run.get("trace_sink"),
-        )
+        return RunSpec.from_request(run, session_ref=session_ref)
 
 
 class SteerIn(StrictSerializer):

@@ -214,14 +214,17 @@ class Runner:
         self.api.post(f"/commands/{command['id']}/ack", self.fence, deadline=self.lease_deadline)
 
     def _finish_command(self, command: dict[str, Any], outcome: TurnOutcome) -> None:
-        try:
-            self.api.post(
-                f"/commands/{command['id']}/finish",
-                {**self.fence, **_result(outcome)},
-                deadline=self.lease_deadline,
-            )
-        except ApiError as error:
-            self.stop("lost-lease" if error.code == "stale_lease" else f"finish: {error}")
+        self.api.post_or_stop(
+            f"/commands/{command['id']}/finish",
+            {**self.fence, **_result(outcome)},
+            deadline=self.lease_deadline,
+            on_stop=self.stop,
+            refusal=_finish_refusal,
+        )
+
+
+def _finish_refusal(error: ApiError) -> str:
+    return "lost-lease" if error.code == "stale_lease" else f"finish: {error}"
 
 
 class _SteerPoller:

@@ -128,17 +128,20 @@ RUN_SEARCH_FIELDS = (
     "provider_id",
     "workspace_ref__path",
     "session_ref__session_id",
+    "session_ref__metadata__title",
     "trace_sink__task_id",
+    "trace_sink__lane",
     "failure_kind",
     "failure_message",
 )
 
 
-def run_search_document() -> Lower:
+def run_search_document(fields: tuple[str, ...] = RUN_SEARCH_FIELDS) -> Lower:
     """The run list's search text. The trigram index is built on this very expression, so
-    a `contains` on it is an index scan, not a scan of the tenant's history."""
+    a `contains` on it is an index scan, not a scan of the tenant's history. (`fields`:
+    for a migration that must rebuild an earlier version of the index.)"""
     parts: list[object] = []
-    for name in RUN_SEARCH_FIELDS:
+    for name in fields:
         parts.extend([name, Value("\n")])
     # id and the other columns are text, Value("\n") is a CharField: say which.
     return Lower(Concat(*parts[:-1], output_field=TextField()))

@@ -38,6 +38,16 @@ RUN_SORTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def default_provider_id(backend_profile: str) -> str:
+    """The provider a run gets when what it came from named none (a queue task's
+    `provider_id` is optional, as in the seed): the profile's operator-set
+    `capabilities.default_provider_id`, else the seed's naming,
+    `agentrun-v01-provider-<profile>`."""
+    backend = Backend.objects.filter(profile=backend_profile).first()
+    named = (backend.capabilities or {}).get("default_provider_id") if backend else None
+    return named if isinstance(named, str) and named else f"agentrun-v01-provider-{backend_profile}"
+
+
 def runs_for(*, scope: Scope) -> QuerySet[Run]:
     """The runs a scope may see."""
     return scope.filter(Run.objects.all(), run_field="pk")
@@ -102,16 +112,50 @@ def _columns_json(*columns: str) -> JSONObject:
     return JSONObject(**{column: column for column in columns})
 
 
+# Every column of the latest command and runner job, as the seed's `row_to_json(c.*)`.
+LATEST_COMMAND_COLUMNS = (
+    "id",
+    "run_id",
+    "seq",
+    "type",
+    "payload",
+    "payload_hash",
+    "idempotency_key",
+    "state",
+    "created_at",
+    "updated_at",
+    "acknowledged_at",
+    "cancel_epoch",
+    "cancel_request_id",
+    "cancel_requested_at",
+    "cancel_reason",
+)
+LATEST_RUNNER_JOB_COLUMNS = (
+    "id",
+    "run_id",
+    "command_id",
+    "idempotency_key",
+    "payload_hash",
+    "attempt_id",
+    "runner_id",
+    "namespace",
+    "job_name",
+    "manager_url",
+    "image",
+    "source_commit",
+    "service_account_name",
+    "result",
+    "created_at",
+    "updated_at",
+)
+
+
 def _command_json() -> JSONObject:
-    return _columns_json(
-        "id", "seq", "type", "state", "idempotency_key", "created_at", "updated_at"
-    )
+    return _columns_json(*LATEST_COMMAND_COLUMNS)
 
 
 def _runner_job_json() -> JSONObject:
-    return _columns_json(
-        "id", "command_id", "runner_id", "namespace", "job_name", "image", "result", "created_at"
-    )
+    return _columns_json(*LATEST_RUNNER_JOB_COLUMNS)
 
 
 def recent_runs(scope: QuerySet[Run], limit: int) -> QuerySet[Run]:

@@ -31,6 +31,8 @@ OUTPUT_EVENT_TYPES = (
     "terminal_status",
 )
 SESSION_STATES = ("all", "running", "idle", "terminal", "unread")
+# The seed's client asks for `state=default` when it means no state filter.
+SESSION_STATE_ALIASES = {"default": "all"}
 
 
 def sessions_for(*, scope: Scope) -> QuerySet[Session]:
@@ -70,7 +72,7 @@ def list_sessions(
         sessions = sessions.filter(backend_profile=backend_profile)
     if state == "unread":
         sessions = sessions.filter(version__gt=Coalesce("read_version", Value(0)))
-    elif state != "all":
+    elif SESSION_STATE_ALIASES.get(state, state) != "all":
         sessions = sessions.filter(execution_state=ExecutionState(state))
     if cursor is None:
         items = list(sessions.order_by("-updated_at", "session_id")[:limit])

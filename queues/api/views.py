@@ -99,7 +99,9 @@ class QueueTaskViewSet(api.ObjectViewSet):
         query = api.query(s.AttemptsQuery, request)
         task = selectors.get_task_for(scope=api.request_scope(request), task_id=pk)
         items = selectors.attempts_of(task=task, **query)
-        page = {"task_id": task.id, "items": items, "count": len(items)}
+        full = len(items) == query["limit"]
+        cursor = str(items[-1].retry_index) if full else None
+        page = {"task_id": task.id, "items": items, "count": len(items), "cursor": cursor}
         return Response(s.AttemptPageOut(page).data)
 
     @extend_schema(request=s.RetryIn, responses={201: s.ReservationOut, 200: s.ReservationOut})

@@ -9,6 +9,19 @@ from django.db import migrations, models
 
 import runs.models
 
+# The search text as this migration built it (0007 adds the seed's session title and lane).
+SEARCH_FIELDS_0004 = (
+    "id",
+    "project_id",
+    "backend_profile",
+    "provider_id",
+    "workspace_ref__path",
+    "session_ref__session_id",
+    "trace_sink__task_id",
+    "failure_kind",
+    "failure_message",
+)
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -43,7 +56,7 @@ class Migration(migrations.Migration):
             model_name="run",
             index=django.contrib.postgres.indexes.GinIndex(
                 django.contrib.postgres.indexes.OpClass(
-                    runs.models.run_search_document(), name="gin_trgm_ops"
+                    runs.models.run_search_document(SEARCH_FIELDS_0004), name="gin_trgm_ops"
                 ),
                 name="agentrun_runs_search_idx",
             ),

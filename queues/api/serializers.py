@@ -11,11 +11,13 @@ from agentrun.pagination import MAX_PAGE_SIZE, NumberedPageOut
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
 from queues.models import (
     ATTEMPT_OUTCOME_FIELDS,
+    AttemptState,
     QueueAttempt,
     QueueReadCursor,
     QueueTask,
     TaskState,
 )
+from queues.services.attempt_projection import AttemptReport
 from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
@@ -182,6 +184,32 @@ class ActivateIn(StrictSerializer):
 class AttemptFailureIn(StrictSerializer):
     failure_kind = serializers.ChoiceField(choices=FailureKind.values)
     failure_message = serializers.CharField(max_length=4000)
+
+
+class AttemptReportIn(StrictSerializer):
+    attempt_id = IdField()
+    state = serializers.ChoiceField(choices=AttemptState.values)
+    run_id = IdField(required=False, allow_null=True)
+    command_id = IdField(required=False, allow_null=True)
+    runner_job_id = IdField(required=False, allow_null=True)
+    session_id = IdField(required=False, allow_null=True)
+    session_path = serializers.CharField(max_length=4096, required=False, allow_null=True)
+    failure_kind = serializers.ChoiceField(
+        choices=FailureKind.choices, required=False, allow_null=True
+    )
+    failure_message = serializers.CharField(max_length=4000, required=False, allow_null=True)
+
+
+class TaskAttemptIn(StrictSerializer):
+    """The seed's `updateQueueTaskAttempt` input: the task's state, its latest attempt."""
+
+    state = serializers.ChoiceField(choices=TaskState.values)
+    latest_attempt = AttemptReportIn()
+    session_path = serializers.CharField(max_length=4096, required=False, allow_null=True)
+
+    def report(self) -> AttemptReport:
+        attempt = dict(self.validated_data["latest_attempt"])
+        return AttemptReport(attempt.pop("attempt_id"), attempt.pop("state"), attempt)
 
 
 # ---- output --------------------------------------------------------------------------

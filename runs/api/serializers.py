@@ -291,9 +291,31 @@ class CommandEventsQuery(StrictSerializer):
 
 class RunnerJobsQuery(StrictSerializer):
     command_id = IdField(required=False)
+    idempotency_key = IdField(
+        required=False,
+        help_text="Only the job saved under this key (seed "
+        "`getRunnerJobByIdempotencyKey`): one item or none.",
+    )
+    payload_hash = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="With `idempotency_key`: a 409 if the saved job has another payload hash.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "payload_hash" in attrs and "idempotency_key" not in attrs:
+            raise serializers.ValidationError({"payload_hash": ["only with idempotency_key"]})
+        return attrs
 
 
 class RunnerJobIn(StrictSerializer):
+    id = ReservedIdField(required=False, help_text="The job's id (default: a new `rjob_…`).")
+    payload_hash = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="The caller's hash of the job, compared on an idempotent replay (default: "
+        "the hash of the job's fields).",
+    )
     command_id = IdField()
     idempotency_key = IdField(required=False, allow_null=True)
     attempt_id = IdField()

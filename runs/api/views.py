@@ -289,13 +289,16 @@ class RunViewSet(api.ObjectViewSet):
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         if request.method == "GET":
             query = api.query(s.RunnerJobsQuery, request)
-            items = selectors.runner_jobs_for(run=run, command_id=query.get("command_id"))
+            items = selectors.runner_jobs_for(run=run, **query)
             operator = {"operator": request_key(request).is_operator}
             return Response({"items": o.RunnerJobOut(items, many=True, context=operator).data})
         data = dict(api.body(s.RunnerJobIn, request).validated_data)
-        key = data.pop("idempotency_key", None)
         result = runners.save_runner_job(
-            run_id=run.id, spec=runners.RunnerJobSpec(**data), idempotency_key=key
+            run_id=run.id,
+            idempotency_key=data.pop("idempotency_key", None),
+            runner_job_id=data.pop("id", None),
+            payload_hash=data.pop("payload_hash", None),
+            spec=runners.RunnerJobSpec(**data),
         )
         return api.created_or_replayed(result.job, o.RunnerJobOut, result.created)
 

@@ -220,6 +220,10 @@ class SessionEventPageOut(serializers.Serializer[Any]):
     )
 
 
+class ResourceRunOut(serializers.Serializer[Any]):
+    run = RunOut(allow_null=True)
+
+
 class ReadCursorOut(serializers.ModelSerializer[SessionReadCursor]):
     session_id = serializers.CharField()
 

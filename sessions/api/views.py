@@ -151,6 +151,15 @@ class SessionViewSet(api.ObjectViewSet):
         )
         return _event_page(pk, run_id, items, query["after_seq"])
 
+    @extend_schema(responses=s.ResourceRunOut)
+    @action(detail=True, methods=["get"], url_path="resource-run")
+    def resource_run(self, request: Request, pk: str) -> Response:
+        """The session's newest run with a resource bundle, or null (seed
+        `getLatestSessionResourceRun`)."""
+        session = selectors.get_session_for(scope=api.request_scope(request), session_id=pk)
+        run = selectors.latest_resource_run(session=session)
+        return Response(s.ResourceRunOut({"run": run}).data)
+
     @extend_schema(request=s.ReadIn, responses=s.ReadCursorOut)
     @action(detail=True, methods=["post"])
     def read(self, request: Request, pk: str) -> Response:

@@ -114,7 +114,8 @@ def test_a_runner_job_takes_the_callers_id_and_payload_hash() -> None:
     )
     created = call(api, "POST", f"/runs/{run.id}/runner-jobs", body)
     assert created.status_code == 201, created.json()
-    assert (created.json()["id"], created.json()["payload_hash"]) == ("rjob_caller_1", "sha256:mine")
+    saved = created.json()
+    assert (saved["id"], saved["payload_hash"]) == ("rjob_caller_1", "sha256:mine")
     assert call(api, "POST", f"/runs/{run.id}/runner-jobs", body).status_code == 200  # replay
     other = {**body, "payload_hash": "sha256:other"}
     assert error_of(call(api, "POST", f"/runs/{run.id}/runner-jobs", other), 409)
@@ -127,7 +128,7 @@ def test_a_runner_job_takes_the_callers_id_and_payload_hash() -> None:
 def test_a_runner_job_is_found_by_its_idempotency_key_and_checked_by_hash() -> None:
     run = make_run()
     command = make_command(run)
-    spec = RunnerJobSpec(**{k: v for k, v in runner_job_body(command.id).items()})
+    spec = RunnerJobSpec(**runner_job_body(command.id))
     job = save_runner_job(run_id=run.id, spec=spec, idempotency_key="k-9").job
     make_runner_job(run, command, idempotency_key="k-10")
     api = key_client(role="operator")

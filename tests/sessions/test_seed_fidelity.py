@@ -64,11 +64,8 @@ def test_the_latest_resource_run_of_a_session() -> None:
 def _pvc_session(session_id: str, *, expired: bool, pvc: bool = True) -> Session:
     when = timezone.now() + (timedelta(hours=-1) if expired else timedelta(hours=1))
     idle_session(session_id, expires_at=when)
-    facts = (
-        StorageFacts(storage_kind="pvc", storage_pvc_name=f"pvc-{session_id}", storage_namespace="ns")
-        if pvc
-        else StorageFacts(storage_kind="none")
-    )
+    claim = {"storage_pvc_name": f"pvc-{session_id}", "storage_namespace": "ns"}
+    facts = StorageFacts(storage_kind="pvc", **claim) if pvc else StorageFacts(storage_kind="none")
     return refresh_session_storage(session_id=session_id, scope=Scope.operator(), facts=facts)
 
 

@@ -38,4 +38,4 @@ def test_a_dispatched_intent_shows_its_outcome_job_and_runner() -> None:
     assert intent["state"] == "dispatched" and intent["last_error"] is None
     assert intent["actual_runner_job_id"] == intent["runner_job_id"]  # item 6: one id
     assert intent["active_runner_id"] and intent["dispatched_at"]
-    assert "dispatch_outcome" in intent
+    assert intent["dispatch_outcome"] == "launched"

@@ -121,6 +121,8 @@ CANCEL_MARK_FIELDS = ("cancel_epoch", "cancel_request_id", "cancel_requested_at"
 
 
 # The fields a person searches runs by, one lower-case text (seed `listRuns` search).
+# makemigrations does not see a change of it: one needs a migration that rebuilds the
+# trigram index, and 0007 must then freeze the list it built (as 0004 does).
 RUN_SEARCH_FIELDS = (
     "id",
     "project_id",

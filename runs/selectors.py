@@ -113,41 +113,8 @@ def _columns_json(*columns: str) -> JSONObject:
 
 
 # Every column of the latest command and runner job, as the seed's `row_to_json(c.*)`.
-LATEST_COMMAND_COLUMNS = (
-    "id",
-    "run_id",
-    "seq",
-    "type",
-    "payload",
-    "payload_hash",
-    "idempotency_key",
-    "state",
-    "created_at",
-    "updated_at",
-    "acknowledged_at",
-    "cancel_epoch",
-    "cancel_request_id",
-    "cancel_requested_at",
-    "cancel_reason",
-)
-LATEST_RUNNER_JOB_COLUMNS = (
-    "id",
-    "run_id",
-    "command_id",
-    "idempotency_key",
-    "payload_hash",
-    "attempt_id",
-    "runner_id",
-    "namespace",
-    "job_name",
-    "manager_url",
-    "image",
-    "source_commit",
-    "service_account_name",
-    "result",
-    "created_at",
-    "updated_at",
-)
+LATEST_COMMAND_COLUMNS = tuple(field.attname for field in Command._meta.concrete_fields)
+LATEST_RUNNER_JOB_COLUMNS = tuple(field.attname for field in RunnerJob._meta.concrete_fields)
 
 
 def _command_json() -> JSONObject:

@@ -45,16 +45,14 @@ def test_the_runner_create_fence_excludes_the_seeds_fence_on_the_same_profile() 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_outbox_key_lock_is_the_seeds_topic_and_partition_key() -> None:
+def test_the_outbox_key_lock_and_registry_locks_are_the_seeds_transaction_locks() -> None:
     with transaction.atomic():
         lock_outbox_key(topic="agentrun.events", partition_key="tenant-a:s-1")
-        assert not _seed_manager_gets("agentrun.events", "tenant-a:s-1")
-        assert _seed_manager_gets("agentrun.events", "tenant-a:s-2")
-    assert _seed_manager_gets("agentrun.events", "tenant-a:s-1")
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_registry_lock_is_the_seeds_namespace_and_value() -> None:
-    with transaction.atomic():
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, "s-locked")
-        assert not _seed_manager_gets("agentrun-session-turn-admission", "s-locked")
+        held = [
+            _seed_manager_gets("agentrun.events", "tenant-a:s-1"),
+            _seed_manager_gets("agentrun-session-turn-admission", "s-locked"),
+            _seed_manager_gets("agentrun.events", "tenant-a:s-2"),
+        ]
+    assert held == [False, False, True]  # the seed's (topic, key) and (name, value) shapes
+    assert _seed_manager_gets("agentrun.events", "tenant-a:s-1")  # released at commit

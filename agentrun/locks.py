@@ -1,14 +1,19 @@
 """Advisory locks, spelled once.
 
-Every advisory lock key is `(hashtext(namespace), hashtext(value))`, where the namespace
-comes from the `LockKey` registry below: one list, easy to find in `pg_locks` and in the
-logs, matching the seed's key names so an old and a new manager could share a database.
+Every advisory lock key is the seed's shape, `(hashtext(namespace), hashtext(value))`, so an
+old and a new manager sharing a database take the same locks (issue 17 item 11; tested in
+tests/test_locks.py against the seed's own `pg_advisory_xact_lock(hashtext($1),
+hashtext($2))`). The namespace is a `LockKey` below — one list, easy to find in `pg_locks`
+and in the logs, with the seed's names — except for the outbox key lock, whose namespace is
+the Kafka topic itself, as in the seed (`outbox.locks.lock_outbox_key`).
 
 - `advisory_xact_lock` is transaction-scoped: it is released by the commit or rollback
   of the service transaction that took it, so it must be called inside `atomic()`.
-- `advisory_session_lock` (django-pglocks) outlives transactions. Use it only where a
-  lock must be held across a commit, such as the runner-create fence held while counting
-  active runs and launching; enter it *outside* `atomic()` so that commit precedes unlock.
+- `advisory_session_lock` (the same two-part key) outlives transactions. Use it only
+  where a lock must be held across a commit, such as the runner-create fence held while
+  counting active runs and launching; enter it *outside* `atomic()` so that commit
+  precedes unlock. Session and transaction advisory locks share
+  one key space, so it excludes the seed's transaction-scoped fence on the same key.
 
 Row locks (`SELECT … FOR UPDATE`) live in each app's `locks.py`.
 """
@@ -16,18 +21,19 @@ Row locks (`SELECT … FOR UPDATE`) live in each app's `locks.py`.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.db import connection
-from django_pglocks import advisory_lock
+
+logger = logging.getLogger("agentrun.locks")
 
 
 class LockKey(enum.StrEnum):
     CREATE_RUN = "agentrun-create-run"
     SESSION_TURN_ADMISSION = "agentrun-session-turn-admission"
     RUNNER_CREATE = "agentrun-runner-create"
-    OUTBOX_KEY = "agentrun-kafka-outbox-key"
     # Shared by writers allocating a session version, exclusive for a change-feed read.
     SESSION_VERSION = "agentrun-session-version"
     # The same protocol for the work queue's task versions (queues.versions).
@@ -39,11 +45,17 @@ class LockKey(enum.StrEnum):
 
 def advisory_xact_lock(key: LockKey, value: str) -> None:
     """Block until the transaction holds `(key, value)`; released at commit or rollback."""
+    advisory_xact_lock_on(str(key), value)
+
+
+def advisory_xact_lock_on(namespace: str, value: str) -> None:
+    """`advisory_xact_lock` for a namespace that is data, not a `LockKey`: the seed's outbox
+    key lock is `(hashtext(topic), hashtext(partition key))`."""
     assert connection.in_atomic_block, "advisory_xact_lock needs an open transaction"
     with connection.cursor() as cursor:
         # Raw SQL: the ORM has no advisory locks. hashtext() keeps the seed's key shape.
         cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [str(key), value]
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [namespace, value]
         )
 
 
@@ -65,5 +77,25 @@ def advisory_session_lock(key: LockKey, value: str, *, wait: bool = True) -> Ite
     before the lock is released.
     """
     assert not connection.in_atomic_block, "enter advisory_session_lock outside atomic()"
-    with advisory_lock(f"{key}:{value}", wait=wait) as acquired:
-        yield bool(acquired)
+    take = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
+    with connection.cursor() as cursor:
+        # Raw SQL, as above: django-pglocks would hash its own one-bigint key, not the seed's.
+        cursor.execute(f"SELECT {take}(hashtext(%s), hashtext(%s))", [str(key), value])
+        acquired = wait or bool(cursor.fetchone()[0])
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            _unlock_session_lock(key, value)
+
+
+def _unlock_session_lock(key: LockKey, value: str) -> None:
+    """Best effort: a failed unlock must not replace the error in flight, and PostgreSQL
+    drops a session lock with its connection anyway."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", [str(key), value]
+            )
+    except Exception:
+        logger.warning("could not release advisory lock %s:%s", key, value, exc_info=True)

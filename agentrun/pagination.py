@@ -10,6 +10,9 @@ from agentrun.validation import StrictSerializer
 
 MAX_PAGE_SIZE = 200
 MAX_EVENT_PAGE = 500
+# The seed capped a run's command list at 100 (`listCommands`: clamp(limit, 1, 100)); we
+# answer 400 past it instead of clamping (SPEC §3), at the same bound.
+MAX_COMMAND_PAGE = 100
 
 
 class PageQuery(StrictSerializer):
@@ -20,10 +23,26 @@ class PageQuery(StrictSerializer):
 
 
 class SeqCursorQuery(StrictSerializer):
-    """`after_seq` and `limit` of a per-run seq cursor (events, commands)."""
+    """`after_seq` and `limit` (1 to 500) of a per-run event seq cursor."""
 
     after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=MAX_EVENT_PAGE, default=100)
+    limit = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_EVENT_PAGE,
+        default=100,
+        help_text=f"1 to {MAX_EVENT_PAGE}; more is a 400 (the seed clamped).",
+    )
+
+
+class CommandCursorQuery(SeqCursorQuery):
+    """`after_seq` and `limit` (1 to 100) of a run's command list."""
+
+    limit = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_COMMAND_PAGE,
+        default=MAX_COMMAND_PAGE,
+        help_text=f"1 to {MAX_COMMAND_PAGE}; more is a 400 (the seed clamped).",
+    )
 
 
 class NumberedPageOut(serializers.Serializer[Any]):

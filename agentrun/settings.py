@@ -205,6 +205,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "CommandTypeEnum": "runs.models.CommandType",
         "EventTypeEnum": "runs.models.EventType",
+        "FailureKindEnum": "runs.models.FailureKind",
         "RunnerEventTypeEnum": "runs.models.RUNNER_EVENT_TYPE_CHOICES",
     },
 }

@@ -31,7 +31,7 @@ from typing import Any
 
 from django.db import connection
 
-from agentrun.locks import LockKey, advisory_xact_lock
+from agentrun.locks import advisory_xact_lock_on
 from outbox.sql import ClaimedRecord, update_by_tokens
 
 logger = logging.getLogger("outbox.relay")
@@ -42,9 +42,10 @@ RECORDS_PER_KEY = 8  # a claim takes a key's records 8 at a time before it goes 
 def lock_outbox_key(*, topic: str, partition_key: str) -> None:
     """Take the (topic, key) transaction advisory lock. Needs the writer's transaction.
 
-    Kafka topic names cannot contain ':', so the joined value is unambiguous.
+    The seed's key: `(hashtext(topic), hashtext(partition key))`, so an old manager's
+    writer of the same key is ordered with ours.
     """
-    advisory_xact_lock(LockKey.OUTBOX_KEY, f"{topic}:{partition_key}")
+    advisory_xact_lock_on(topic, partition_key)
 
 
 # The seed's claim takes the due, unleased prefix of each key, keys served round robin,

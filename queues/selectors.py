@@ -116,10 +116,18 @@ def task_feed(
     return FeedPage(items, items[-1].version if items else changed_after)
 
 
-def attempts_of(*, task: QueueTask, after_retry_index: int, limit: int) -> list[QueueAttempt]:
-    """A task's attempt history in retry order, after `after_retry_index`."""
-    attempts = QueueAttempt.objects.filter(task=task, retry_index__gt=after_retry_index)
-    return list(attempts.order_by("retry_index")[:limit])
+def attempts_of(
+    *, task: QueueTask, limit: int, cursor: int | None = None, after_retry_index: int | None = None
+) -> list[QueueAttempt]:
+    """A task's attempt history: newest first, before retry index `cursor` (the seed's
+    `listQueueAttempts`), or — with `after_retry_index` — oldest first after it."""
+    attempts = QueueAttempt.objects.filter(task=task)
+    if after_retry_index is not None:
+        ascending = attempts.filter(retry_index__gt=after_retry_index)
+        return list(ascending.order_by("retry_index")[:limit])
+    if cursor is not None:
+        attempts = attempts.filter(retry_index__lt=cursor)
+    return list(attempts.order_by("-retry_index", "-created_at")[:limit])
 
 
 def queue_stats(*, tasks: QuerySet[QueueTask], queue: str | None) -> dict[str, Any]:

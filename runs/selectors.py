@@ -15,7 +15,7 @@ from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import JSONObject
 
-from agentrun.errors import invalid, not_found
+from agentrun.errors import conflict, invalid, not_found
 from agentrun.tenancy import Scope
 from runs.models import (
     LEASED_RUN_STATUSES,
@@ -36,6 +36,16 @@ RUN_SORTS: dict[str, tuple[str, ...]] = {
     "status-asc": ("status", "-updated_at", "-id"),
     "id-asc": ("id",),
 }
+
+
+def default_provider_id(backend_profile: str) -> str:
+    """The provider a run gets when what it came from named none (a queue task's
+    `provider_id` is optional, as in the seed): the profile's operator-set
+    `capabilities.default_provider_id`, else the seed's naming,
+    `agentrun-v01-provider-<profile>`."""
+    backend = Backend.objects.filter(profile=backend_profile).first()
+    named = (backend.capabilities or {}).get("default_provider_id") if backend else None
+    return named if isinstance(named, str) and named else f"agentrun-v01-provider-{backend_profile}"
 
 
 def runs_for(*, scope: Scope) -> QuerySet[Run]:
@@ -102,16 +112,17 @@ def _columns_json(*columns: str) -> JSONObject:
     return JSONObject(**{column: column for column in columns})
 
 
+# Every column of the latest command and runner job, as the seed's `row_to_json(c.*)`.
+LATEST_COMMAND_COLUMNS = tuple(field.attname for field in Command._meta.concrete_fields)
+LATEST_RUNNER_JOB_COLUMNS = tuple(field.attname for field in RunnerJob._meta.concrete_fields)
+
+
 def _command_json() -> JSONObject:
-    return _columns_json(
-        "id", "seq", "type", "state", "idempotency_key", "created_at", "updated_at"
-    )
+    return _columns_json(*LATEST_COMMAND_COLUMNS)
 
 
 def _runner_job_json() -> JSONObject:
-    return _columns_json(
-        "id", "command_id", "runner_id", "namespace", "job_name", "image", "result", "created_at"
-    )
+    return _columns_json(*LATEST_RUNNER_JOB_COLUMNS)
 
 
 def recent_runs(scope: QuerySet[Run], limit: int) -> QuerySet[Run]:
@@ -205,11 +216,40 @@ def cancel_requests_for(*, run: Run) -> list[CancelRequest]:
     return list(CancelRequest.objects.filter(run=run).order_by("created_at", "id"))
 
 
-def runner_jobs_for(*, run: Run, command_id: str | None = None) -> list[RunnerJob]:
+def runner_jobs_for(
+    *,
+    run: Run,
+    command_id: str | None = None,
+    idempotency_key: str | None = None,
+    payload_hash: str | None = None,
+) -> list[RunnerJob]:
+    """A run's runner jobs, oldest first; with `idempotency_key`, the one saved under it
+    (409 if `payload_hash` is given and differs)."""
+    if idempotency_key is not None:
+        job = runner_job_by_idempotency_key(
+            run=run, idempotency_key=idempotency_key, payload_hash=payload_hash
+        )
+        jobs_by_key = [job] if job is not None else []
+        return [j for j in jobs_by_key if command_id is None or j.command_id == command_id]
     jobs = RunnerJob.objects.filter(run=run)
     if command_id:
         jobs = jobs.filter(command_id=command_id)
     return list(jobs.order_by("created_at", "id"))
+
+
+def runner_job_by_idempotency_key(
+    *, run: Run, idempotency_key: str, payload_hash: str | None = None
+) -> RunnerJob | None:
+    """The run's job saved under `idempotency_key`, or None (seed
+    `getRunnerJobByIdempotencyKey`). Errors: 409 when `payload_hash` is given and differs."""
+    job = RunnerJob.objects.filter(run=run, idempotency_key=idempotency_key).first()
+    if job is not None and payload_hash is not None and job.payload_hash != payload_hash:
+        raise conflict(
+            f"runner job idempotency key {idempotency_key!r} was used with a different job",
+            code="idempotency_mismatch",
+            runner_job_id=job.id,
+        )
+    return job
 
 
 def runner_jobs_for_reconciliation(*, limit: int) -> list[RunnerJob]:

@@ -9,6 +9,7 @@ that walking `version > cursor` never skips a change committed late.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Q, QuerySet, Value
@@ -18,7 +19,7 @@ from agentrun import versions
 from agentrun.errors import not_found
 from agentrun.tenancy import Scope
 from runs.models import Event, Run
-from sessions.models import ExecutionState, Session, SessionReadCursor
+from sessions.models import ExecutionState, Session, SessionReadCursor, StorageKind
 from sessions.versions import settle_feed
 
 OUTPUT_EVENT_TYPES = (
@@ -31,6 +32,8 @@ OUTPUT_EVENT_TYPES = (
     "terminal_status",
 )
 SESSION_STATES = ("all", "running", "idle", "terminal", "unread")
+# The seed's client asks for `state=default` when it means no state filter.
+SESSION_STATE_ALIASES = {"default": "all"}
 
 
 def sessions_for(*, scope: Scope) -> QuerySet[Session]:
@@ -70,7 +73,7 @@ def list_sessions(
         sessions = sessions.filter(backend_profile=backend_profile)
     if state == "unread":
         sessions = sessions.filter(version__gt=Coalesce("read_version", Value(0)))
-    elif state != "all":
+    elif SESSION_STATE_ALIASES.get(state, state) != "all":
         sessions = sessions.filter(execution_state=ExecutionState(state))
     if cursor is None:
         items = list(sessions.order_by("-updated_at", "session_id")[:limit])
@@ -107,3 +110,26 @@ def session_events(
     if output_only:
         events = events.filter(Q(type__in=OUTPUT_EVENT_TYPES))
     return list(events.order_by("seq")[:limit])
+
+
+def latest_resource_run(*, session: Session) -> Run | None:
+    """The session's newest run that carries a resource bundle (seed
+    `getLatestSessionResourceRun`): where a new turn finds the resources to reuse."""
+    runs = Run.objects.filter(
+        session_ref__session_id=session.session_id,
+        tenant_id=session.tenant_id,
+        resource_bundle_ref__isnull=False,
+    ).exclude(resource_bundle_ref=None)
+    return runs.order_by("-created_at", "-id").first()
+
+
+def expired_pvc_sessions(*, now: datetime, limit: int) -> list[Session]:
+    """Sessions whose PVC-backed storage outlived `expires_at`, least recently updated
+    first (seed `listGcExpiredSessions`): what a storage GC would delete."""
+    expired = Session.objects.filter(
+        storage_kind=StorageKind.PVC,
+        storage_pvc_name__isnull=False,
+        expires_at__isnull=False,
+        expires_at__lte=now,
+    )
+    return list(expired.order_by("updated_at", "session_id")[:limit])

@@ -224,7 +224,10 @@ def _complete_locked(live: list[tuple[Completion, LockedClaim]]) -> list[RunnerD
     saved = save_runner_jobs_locked(
         jobs=[
             NewRunnerJob(
-                locked.run, _runner_job_spec(item.claim, item.launched), item.claim.runner_job_id
+                locked.run,
+                _runner_job_spec(item.claim, item.launched),
+                idempotency_key=item.claim.runner_job_id,
+                runner_job_id=item.claim.runner_job_id,  # the planned id is the job's id
             )
             for item, locked in live
         ]

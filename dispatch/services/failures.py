@@ -156,5 +156,7 @@ def _terminalize_locked(locked: LockedClaim, failure: Any) -> None:
         ],
     )
     terminalize_run_locked(
-        run, result=TurnResult(RunStatus.FAILED, failure_kind=failure_kind, failure_message=message)
+        run,
+        result=TurnResult(RunStatus.FAILED, failure_kind=failure_kind, failure_message=message),
+        detail={"reason": facts["reason"]},
     )

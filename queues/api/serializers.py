@@ -11,23 +11,27 @@ from agentrun.pagination import MAX_PAGE_SIZE, NumberedPageOut
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
 from queues.models import (
     ATTEMPT_OUTCOME_FIELDS,
+    AttemptState,
     QueueAttempt,
     QueueReadCursor,
     QueueTask,
     TaskState,
 )
+from queues.services.attempt_projection import AttemptReport
 from queues.services.tasks import TaskSpec
 from runs.api.serializers import (
     COMMAND_PAYLOAD_MAX,
     REF_MAX,
     DispatchField,
     SessionRefIn,
-    WorkspaceRefIn,
+    WorkspaceRefField,
 )
 from runs.models import FailureKind
 from runs.policy import check_execution_policy
 
-MAX_PRIORITY = 1_000_000
+# The seed's `priority integer`: any int4, negative ones below the default 0.
+MAX_PRIORITY = 2**31 - 1
+MIN_PRIORITY = -(2**31)
 MAX_REFERENCES = 100
 MAX_VERSION = 2**63 - 1
 
@@ -51,12 +55,16 @@ class TaskCreateIn(StrictSerializer):
     queue = IdField(default="default")
     lane = IdField(default="default")
     title = serializers.CharField(max_length=500)
-    priority = StrictIntegerField(min_value=0, max_value=MAX_PRIORITY, default=0)
+    priority = StrictIntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, default=0)
     backend_profile = IdField()
-    provider_id = IdField()
-    workspace_ref = WorkspaceRefIn()
+    # Optional as in the seed's schema: a run started from a task without a provider gets
+    # the backend profile's default provider (`runs.selectors.default_provider_id`).
+    provider_id = IdField(required=False, allow_null=True, default=None)
+    workspace_ref = WorkspaceRefField(required=False, allow_null=True, default=None)
     session_ref = SessionRefIn(required=False, allow_null=True)
-    execution_policy = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
+    execution_policy = BoundedJSONObjectField(
+        max_bytes=REF_MAX, required=False, allow_null=True, default=dict
+    )
     resource_bundle_ref = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, allow_null=True)
     payload = BoundedJSONObjectField(max_bytes=COMMAND_PAYLOAD_MAX)
     references = serializers.ListField(
@@ -78,7 +86,8 @@ class TaskCreateIn(StrictSerializer):
 
     def spec(self) -> TaskSpec:
         data = {k: v for k, v in self.validated_data.items() if k != "tenant_id"}
-        data["workspace_ref"] = dict(data["workspace_ref"])
+        if data.get("workspace_ref") is not None:
+            data["workspace_ref"] = dict(data["workspace_ref"])
         if data.get("session_ref") is not None:
             data["session_ref"] = dict(data["session_ref"])
         return TaskSpec(**data)
@@ -120,8 +129,29 @@ class TaskQuery(StrictSerializer):
 
 
 class AttemptsQuery(StrictSerializer):
-    after_retry_index = serializers.IntegerField(min_value=-1, max_value=2**31 - 1, default=-1)
+    """Newest first, paged by `cursor` (the seed's), or oldest first by `after_retry_index`."""
+
+    cursor = serializers.IntegerField(
+        min_value=0,
+        max_value=2**31 - 1,
+        required=False,
+        help_text="Newest first: attempts with a retry index below this (the previous "
+        "page's `cursor`).",
+    )
+    after_retry_index = serializers.IntegerField(
+        min_value=-1,
+        max_value=2**31 - 1,
+        required=False,
+        help_text="Oldest first instead: attempts with a retry index above this.",
+    )
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, default=100)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "cursor" in attrs and "after_retry_index" in attrs:
+            raise serializers.ValidationError(
+                {"after_retry_index": ["not with cursor: pick one order"]}
+            )
+        return attrs
 
 
 class QueueQuery(StrictSerializer):
@@ -154,6 +184,32 @@ class ActivateIn(StrictSerializer):
 class AttemptFailureIn(StrictSerializer):
     failure_kind = serializers.ChoiceField(choices=FailureKind.values)
     failure_message = serializers.CharField(max_length=4000)
+
+
+class AttemptReportIn(StrictSerializer):
+    attempt_id = IdField()
+    state = serializers.ChoiceField(choices=AttemptState.values)
+    run_id = IdField(required=False, allow_null=True)
+    command_id = IdField(required=False, allow_null=True)
+    runner_job_id = IdField(required=False, allow_null=True)
+    session_id = IdField(required=False, allow_null=True)
+    session_path = serializers.CharField(max_length=4096, required=False, allow_null=True)
+    failure_kind = serializers.ChoiceField(
+        choices=FailureKind.choices, required=False, allow_null=True
+    )
+    failure_message = serializers.CharField(max_length=4000, required=False, allow_null=True)
+
+
+class TaskAttemptIn(StrictSerializer):
+    """The seed's `updateQueueTaskAttempt` input: the task's state, its latest attempt."""
+
+    state = serializers.ChoiceField(choices=TaskState.values)
+    latest_attempt = AttemptReportIn()
+    session_path = serializers.CharField(max_length=4096, required=False, allow_null=True)
+
+    def report(self) -> AttemptReport:
+        attempt = dict(self.validated_data["latest_attempt"])
+        return AttemptReport(attempt.pop("attempt_id"), attempt.pop("state"), attempt)
 
 
 # ---- output --------------------------------------------------------------------------
@@ -200,6 +256,11 @@ class AttemptPageOut(serializers.Serializer[Any]):
     task_id = serializers.CharField()
     items = AttemptOut(many=True)
     count = serializers.IntegerField()
+    cursor = serializers.CharField(
+        allow_null=True,
+        help_text="The last item's retry index when the page is full (pass it as `cursor`, "
+        "or as `after_retry_index` in that order), else null: the seed's cursor.",
+    )
 
 
 class TaskCancelOut(serializers.Serializer[Any]):

@@ -16,12 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentrun import api
-from agentrun.auth import IsClientOrOperator, request_key
+from agentrun.auth import IsClientOrOperator, IsOperator, request_key
 from agentrun.validation import validate_path_id
 from queues import selectors
 from queues.api import serializers as s
 from queues.models import QueueTask
-from queues.services import attempt_retries, tasks
+from queues.services import attempt_projection, attempt_retries, tasks
 
 ATTEMPT = r"attempts/(?P<attempt_id>[^/]+)"
 ATTEMPT_ID = OpenApiParameter("attempt_id", str, OpenApiParameter.PATH)
@@ -99,8 +99,24 @@ class QueueTaskViewSet(api.ObjectViewSet):
         query = api.query(s.AttemptsQuery, request)
         task = selectors.get_task_for(scope=api.request_scope(request), task_id=pk)
         items = selectors.attempts_of(task=task, **query)
-        page = {"task_id": task.id, "items": items, "count": len(items)}
+        full = len(items) == query["limit"]
+        cursor = str(items[-1].retry_index) if full else None
+        page = {"task_id": task.id, "items": items, "count": len(items), "cursor": cursor}
         return Response(s.AttemptPageOut(page).data)
+
+    @extend_schema(request=s.TaskAttemptIn, responses=s.TaskOut)
+    @action(detail=True, methods=["put"], url_path="attempt", permission_classes=[IsOperator])
+    def push_attempt(self, request: Request, pk: str) -> Response:
+        """Push the task's attempt projection (operator; seed `updateQueueTaskAttempt`)."""
+        body = api.body(s.TaskAttemptIn, request)
+        task = attempt_projection.update_task_attempt(
+            task_id=pk,
+            scope=api.request_scope(request),
+            state=body.validated_data["state"],
+            report=body.report(),
+            session_path=body.validated_data.get("session_path"),
+        )
+        return Response(s.TaskOut(task).data)
 
     @extend_schema(request=s.RetryIn, responses={201: s.ReservationOut, 200: s.ReservationOut})
     @action(detail=True, methods=["post"])

@@ -20,9 +20,12 @@ from queues.models import ACTIVE_ATTEMPT_STATES, AttemptState, QueueAttempt, Que
 from queues.versions import next_queue_version
 
 
-def insert_attempt_locked(task: QueueTask, *, state: str, **fields: Any) -> QueueAttempt:
-    """Insert the task's next attempt (`previous_attempt_id` = the latest one). Needs the
-    task lock. The database refuses a second active attempt and a reused retry index."""
+def insert_attempt_locked(
+    task: QueueTask, *, state: str, attempt_id: str | None = None, **fields: Any
+) -> QueueAttempt:
+    """Insert the task's next attempt (`previous_attempt_id` = the latest one), under a new
+    id unless `attempt_id` names one. Needs the task lock. The database refuses a second
+    active attempt and a reused retry index."""
     now = timezone.now()
     latest = QueueAttempt.objects.filter(task=task).order_by("-retry_index").first()
     values: dict[str, Any] = {
@@ -31,7 +34,7 @@ def insert_attempt_locked(task: QueueTask, *, state: str, **fields: Any) -> Queu
         **fields,
     }
     return QueueAttempt.objects.create(
-        attempt_id=new_id("qa"),
+        attempt_id=attempt_id or new_id("qa"),
         task=task,
         retry_index=latest.retry_index + 1 if latest else 0,
         state=state,

@@ -25,6 +25,7 @@ from dispatch.selectors import intent_of
 from queues.models import QueueTask
 from runs.locks import lock_run
 from runs.models import Command, Run
+from runs.selectors import default_provider_id
 from runs.services.command_lifecycle import create_command_locked
 from runs.services.lifecycle import RunSpec, create_run_locked
 from sessions.models import Session
@@ -43,7 +44,7 @@ def run_spec_of(task: QueueTask, *, trace_sink: dict[str, Any] | None) -> RunSpe
     return RunSpec(
         project_id=task.project_id,
         workspace_ref=task.workspace_ref or {},
-        provider_id=task.provider_id or "",
+        provider_id=task.provider_id or default_provider_id(task.backend_profile),
         backend_profile=task.backend_profile,
         execution_policy=task.execution_policy or {},
         session_ref=task.session_ref,

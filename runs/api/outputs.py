@@ -98,8 +98,14 @@ class DispatchIntentRefOut(serializers.Serializer[Any]):
     id = serializers.CharField()
     state = serializers.CharField()
     attempt_count = serializers.IntegerField()
-    runner_job_id = serializers.CharField()
+    runner_job_id = serializers.CharField(help_text="The planned id: the saved job's id.")
     next_attempt_at = serializers.DateTimeField()
+    # The seed's error and outcome fields (issue 17 item 7); `last_error` is stored redacted.
+    last_error = serializers.JSONField(allow_null=True)
+    dispatch_outcome = serializers.CharField(allow_null=True)
+    actual_runner_job_id = serializers.CharField(allow_null=True)
+    active_runner_id = serializers.CharField(allow_null=True)
+    dispatched_at = serializers.DateTimeField(allow_null=True)
 
 
 class CommandOut(serializers.ModelSerializer[Command]):

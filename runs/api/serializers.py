@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers
 
 from agentrun import conf
@@ -41,8 +42,49 @@ TERMINAL_STATUS_CHOICES = [status.value for status in RunStatus if status in TER
 # ---- input ---------------------------------------------------------------------------
 
 
-class WorkspaceRefIn(StrictSerializer):
-    path = serializers.CharField(max_length=4096)
+WORKSPACE_PATH_MAX = 4096
+
+
+class WorkspaceRefField(BoundedJSONObjectField):
+    """A workspace reference: any JSON object of at most 64 KiB, as the seed stores it,
+    with a non-empty string `path` of at most 4,096 characters (what the run list filters
+    on and the Codex backend works in). Other keys are kept as given."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_bytes=REF_MAX, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if value is None:
+            return value
+        path = value.get("path")
+        if not isinstance(path, str) or not path:
+            raise serializers.ValidationError({"path": ["a non-empty string is required"]})
+        if len(path) > WORKSPACE_PATH_MAX:
+            raise serializers.ValidationError(
+                {"path": [f"at most {WORKSPACE_PATH_MAX} characters"]}
+            )
+        return value
+
+
+# drf-spectacular's extension base classes register themselves in an untyped hook.
+class WorkspaceRefFieldSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """The OpenAPI shape of `WorkspaceRefField`: an object that must carry `path`."""
+
+    target_class = WorkspaceRefField
+    priority = 1  # over agentrun.schema's JSON object extension, which matches subclasses
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        path = {"type": "string", "minLength": 1, "maxLength": WORKSPACE_PATH_MAX}
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {"path": path},
+            "required": ["path"],
+            "additionalProperties": {},
+        }
+        if self.target.allow_null:
+            schema["nullable"] = True
+        return schema
 
 
 class SessionRefIn(StrictSerializer):
@@ -65,7 +107,7 @@ class RunCreateIn(StrictSerializer):
     id = ReservedIdField(required=False)
     tenant_id = IdField(required=False, help_text="Operator keys only; clients use their own.")
     project_id = IdField()
-    workspace_ref = WorkspaceRefIn()
+    workspace_ref = WorkspaceRefField()
     provider_id = IdField()
     backend_profile = IdField()
     execution_policy = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
@@ -241,9 +283,31 @@ class CommandEventsQuery(StrictSerializer):
 
 class RunnerJobsQuery(StrictSerializer):
     command_id = IdField(required=False)
+    idempotency_key = IdField(
+        required=False,
+        help_text="Only the job saved under this key (seed "
+        "`getRunnerJobByIdempotencyKey`): one item or none.",
+    )
+    payload_hash = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="With `idempotency_key`: a 409 if the saved job has another payload hash.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "payload_hash" in attrs and "idempotency_key" not in attrs:
+            raise serializers.ValidationError({"payload_hash": ["only with idempotency_key"]})
+        return attrs
 
 
 class RunnerJobIn(StrictSerializer):
+    id = ReservedIdField(required=False, help_text="The job's id (default: a new `rjob_…`).")
+    payload_hash = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="The caller's hash of the job, compared on an idempotent replay (default: "
+        "the hash of the job's fields).",
+    )
     command_id = IdField()
     idempotency_key = IdField(required=False, allow_null=True)
     attempt_id = IdField()

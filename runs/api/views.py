@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from agentrun import api
 from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOperator, request_key
 from agentrun.errors import invalid
-from agentrun.pagination import PageQuery, SeqCursorQuery
+from agentrun.pagination import CommandCursorQuery, PageQuery
 from agentrun.schema import items_of
 from runs import selectors
 from runs.api import outputs as o
@@ -245,13 +245,15 @@ class RunViewSet(api.ObjectViewSet):
         query = api.query(s.CountQuery, request)
         return Response({"count": selectors.count_events(run=run, after_seq=query["after_seq"])})
 
-    @extend_schema(methods=["GET"], parameters=[SeqCursorQuery], responses=items_of(o.CommandOut))
+    @extend_schema(
+        methods=["GET"], parameters=[CommandCursorQuery], responses=items_of(o.CommandOut)
+    )
     @extend_schema(methods=["POST"], request=s.CommandCreateIn, responses={201: o.CommandOut})
     @action(detail=True, methods=["get", "post"], url_path="commands")
     def commands(self, request: Request, pk: str) -> Response:
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         if request.method == "GET":
-            query = api.query(SeqCursorQuery, request)
+            query = api.query(CommandCursorQuery, request)
             items = selectors.commands_page(run=run, **query)
             return Response({"items": o.CommandOut(items, many=True).data})
         body = api.body(s.CommandCreateIn, request)
@@ -287,13 +289,16 @@ class RunViewSet(api.ObjectViewSet):
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         if request.method == "GET":
             query = api.query(s.RunnerJobsQuery, request)
-            items = selectors.runner_jobs_for(run=run, command_id=query.get("command_id"))
+            items = selectors.runner_jobs_for(run=run, **query)
             operator = {"operator": request_key(request).is_operator}
             return Response({"items": o.RunnerJobOut(items, many=True, context=operator).data})
         data = dict(api.body(s.RunnerJobIn, request).validated_data)
-        key = data.pop("idempotency_key", None)
         result = runners.save_runner_job(
-            run_id=run.id, spec=runners.RunnerJobSpec(**data), idempotency_key=key
+            run_id=run.id,
+            idempotency_key=data.pop("idempotency_key", None),
+            runner_job_id=data.pop("id", None),
+            payload_hash=data.pop("payload_hash", None),
+            spec=runners.RunnerJobSpec(**data),
         )
         return api.created_or_replayed(result.job, o.RunnerJobOut, result.created)
 

@@ -112,6 +112,7 @@ def cancel_run_locked(
             ),
             session=session,
             events=events,
+            detail={"cancel_request_id": cancel.id, "cancel_epoch": cancel.epoch},
         )
         _record_stage(events, run, cancel, CancelStage.TERMINALIZED)
     return CancelOutcome(run, None, cancel, changed=True)

@@ -116,11 +116,15 @@ def fail_run_locked(
     phase: Phase,
     session: Session | None = None,
     events: PendingEvents | None = None,
+    code: str | None = None,
     **facts: Any,
 ) -> None:
     """Fail a locked, live run as `infra-failed` with its open commands. Needs the run
     lock; takes the command locks. `session`: the run's session row when the caller has
-    locked it; `events`: the caller's pending events (else they are appended here)."""
+    locked it; `events`: the caller's pending events (else they are appended here);
+    `code`: the machine-readable `reason` of the command and run terminal events (the
+    phase by default)."""
+    code = code or str(phase)
     commands = lock_run_commands(run)
     kind = FailureKind.INFRA_FAILED
     with collecting(events) as events:
@@ -132,7 +136,7 @@ def fail_run_locked(
             commands,
             state=CommandState.FAILED,
             failure_kind=kind,
-            reason=phase,
+            reason=code,
             message=reason,
             events=events,
         )
@@ -141,4 +145,5 @@ def fail_run_locked(
             result=TurnResult(RunStatus.FAILED, failure_kind=kind, failure_message=reason),
             session=session,
             events=events,
+            detail={"reason": code},
         )

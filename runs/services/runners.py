@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentrun.errors import conflict, not_found
@@ -102,22 +102,36 @@ class SavedRunnerJob:
 
 
 def save_runner_job(
-    *, run_id: str, spec: RunnerJobSpec, idempotency_key: str | None = None
+    *,
+    run_id: str,
+    spec: RunnerJobSpec,
+    idempotency_key: str | None = None,
+    runner_job_id: str | None = None,
+    payload_hash: str | None = None,
 ) -> SavedRunnerJob:
     """Record a launched runner job, idempotent per (run, idempotency key) (seed
-    `saveRunnerJob`).
+    `saveRunnerJob`). `runner_job_id` and `payload_hash`: the caller's, as the seed took
+    them (else a new id, and the hash of the spec).
 
     Locks: the run row. Errors: 404 unknown run or a command of another run; 409 when the
-    key was used with a different job.
+    key was used with a different job, or `runner_job_id_taken` when the id is another job's.
     """
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
-        item = NewRunnerJob(run, spec, idempotency_key)
+        item = NewRunnerJob(run, spec, idempotency_key, runner_job_id, payload_hash)
         existing = _existing_jobs([item])
         # A replay is answered from its key (409 if it differs) before the command is checked.
         if not existing and not run.commands.filter(pk=spec.command_id).exists():
             raise not_found("command", spec.command_id)
-        return _save_locked([item], existing)[0]
+        try:
+            with transaction.atomic():  # a savepoint: a taken id is a 409, not a 500
+                return _save_locked([item], existing)[0]
+        except IntegrityError as error:
+            raise conflict(
+                f"runner job {runner_job_id} already exists",
+                code="runner_job_id_taken",
+                runner_job_id=runner_job_id,
+            ) from error
 
 
 @dataclass(frozen=True)
@@ -125,6 +139,10 @@ class NewRunnerJob:
     run: Run
     spec: RunnerJobSpec
     idempotency_key: str | None = None
+    # The id to save it under: the dispatch intent's planned id, so the id a queue attempt
+    # and the intent name is the job's own (seed). None: a new id.
+    runner_job_id: str | None = None
+    payload_hash: str | None = None  # a caller's own hash (seed); None: the spec's
 
 
 def save_runner_jobs_locked(*, jobs: list[NewRunnerJob]) -> list[SavedRunnerJob]:
@@ -143,7 +161,7 @@ def _save_locked(
     now = timezone.now()
     saved: list[SavedRunnerJob] = []
     for item in jobs:
-        payload_hash = item.spec.payload_hash()
+        payload_hash = item.payload_hash or item.spec.payload_hash()
         replay = existing.get((item.run.id, item.idempotency_key))
         if replay is not None:
             if replay.payload_hash != payload_hash:
@@ -172,7 +190,7 @@ def _existing_jobs(jobs: list[NewRunnerJob]) -> dict[tuple[str, str | None], Run
 def _job_row(item: NewRunnerJob, payload_hash: str, now: datetime) -> RunnerJob:
     spec = item.spec
     return RunnerJob(
-        id=new_id("rjob"),
+        id=item.runner_job_id or new_id("rjob"),
         run=item.run,
         command_id=spec.command_id,
         idempotency_key=item.idempotency_key,

@@ -96,10 +96,13 @@ def terminalize_run_locked(
     result: TurnResult,
     session: Session | None = None,
     events: PendingEvents | None = None,
+    detail: dict[str, Any] | None = None,
 ) -> None:
     """Move a locked, live run to its terminal status, release its claim, record it.
     `session`: the run's session row when the caller has locked it; `events`: the caller's
-    pending events, if it collects them (else `terminal_status` is appended here)."""
+    pending events, if it collects them (else `terminal_status` is appended here);
+    `detail`: what the seed's `terminal_status` payload says about why (a cancel's
+    `cancel_request_id` and `cancel_epoch`, a failure's `reason`)."""
     with collecting(events) as events:
         _save_terminal_status(run, result=result)
         Lease.objects.filter(run=run).delete()
@@ -115,6 +118,7 @@ def terminalize_run_locked(
                 "message": result.failure_message,
                 "thread_id": result.thread_id,
                 "turn_id": result.turn_id,
+                **(detail or {}),
             },
         )
     queue_projection.on_run_terminal_locked(run)  # run → task lock order: the task comes last

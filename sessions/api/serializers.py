@@ -14,11 +14,11 @@ from agentrun.validation import (
     StrictSerializer,
 )
 from runs.api.outputs import CancelRequestOut, CommandOut, EventOut, RunOut
-from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, DispatchField, WorkspaceRefIn
+from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, DispatchField, WorkspaceRefField
 from runs.policy import check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
-from sessions.selectors import SESSION_STATES
+from sessions.selectors import SESSION_STATE_ALIASES, SESSION_STATES
 from sessions.services.lifecycle import SessionFields, StorageFacts
 from sessions.turns import WHEN_BUSY
 
@@ -30,7 +30,7 @@ class TurnRunIn(StrictSerializer):
 
     id = ReservedIdField(required=False)
     project_id = IdField()
-    workspace_ref = WorkspaceRefIn()
+    workspace_ref = WorkspaceRefField()
     provider_id = IdField()
     backend_profile = IdField()
     execution_policy = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
@@ -108,7 +108,11 @@ class SessionUpsertIn(StrictSerializer):
 
 
 class SessionListQuery(StrictSerializer):
-    state = serializers.ChoiceField(choices=SESSION_STATES, default="all")
+    state = serializers.ChoiceField(
+        choices=[*SESSION_STATES, *SESSION_STATE_ALIASES],
+        default="all",
+        help_text="`default` (the seed's) is `all`.",
+    )
     backend_profile = IdField(required=False)
     reader_id = IdField(required=False)
     cursor = serializers.IntegerField(
@@ -162,9 +166,23 @@ class SessionOut(UnreadOut, serializers.ModelSerializer[Session]):
         exclude: list[str] = []
 
 
+class SessionListFiltersOut(serializers.Serializer[Any]):
+    state = serializers.CharField()
+    backend_profile = serializers.CharField(allow_null=True)
+    reader_id = serializers.CharField(allow_null=True)
+    cursor = serializers.IntegerField(allow_null=True)
+    limit = serializers.IntegerField()
+
+
 class SessionPageOut(serializers.Serializer[Any]):
     items = SessionOut(many=True)
     next_cursor = serializers.IntegerField(allow_null=True)
+    # The seed's fields, alongside ours (issue 17 item 9).
+    count = serializers.IntegerField()
+    cursor = serializers.CharField(
+        allow_null=True, help_text="The seed's: the last item's version as text, or null."
+    )
+    filters = SessionListFiltersOut(help_text="The filters this page applied.")
 
 
 class AdmissionOut(serializers.Serializer[Any]):
@@ -188,6 +206,13 @@ class SessionEventPageOut(serializers.Serializer[Any]):
     items = EventOut(many=True)
     count = serializers.IntegerField()
     next_after_seq = serializers.IntegerField()
+    cursor = serializers.CharField(
+        allow_null=True, help_text="The seed's: the last item's seq as text, or null."
+    )
+
+
+class ResourceRunOut(serializers.Serializer[Any]):
+    run = RunOut(allow_null=True)
 
 
 class ReadCursorOut(serializers.ModelSerializer[SessionReadCursor]):

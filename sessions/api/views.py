@@ -29,6 +29,7 @@ def _event_page(session_id: str, run_id: str | None, items: list[Any], after: in
         "items": items,
         "count": len(items),
         "next_after_seq": items[-1].seq if items else after,
+        "cursor": str(items[-1].seq) if items else None,
     }
     return Response(s.SessionEventPageOut(data).data)
 
@@ -48,7 +49,16 @@ class SessionViewSet(api.ObjectViewSet):
             cursor=query.get("cursor"),
             limit=query["limit"],
         )
-        return Response(s.SessionPageOut(page).data)
+        filters = {
+            "state": query["state"],
+            "backend_profile": query.get("backend_profile"),
+            "reader_id": query.get("reader_id"),
+            "cursor": query.get("cursor"),
+            "limit": query["limit"],
+        }
+        last = str(page.items[-1].version) if page.items else None
+        data = {**vars(page), "count": len(page.items), "cursor": last, "filters": filters}
+        return Response(s.SessionPageOut(data).data)
 
     @extend_schema(parameters=[s.ReaderQuery], responses=s.SessionOut)
     def retrieve(self, request: Request, pk: str) -> Response:
@@ -140,6 +150,15 @@ class SessionViewSet(api.ObjectViewSet):
             output_only=output_only,
         )
         return _event_page(pk, run_id, items, query["after_seq"])
+
+    @extend_schema(responses=s.ResourceRunOut)
+    @action(detail=True, methods=["get"], url_path="resource-run")
+    def resource_run(self, request: Request, pk: str) -> Response:
+        """The session's newest run with a resource bundle, or null (seed
+        `getLatestSessionResourceRun`)."""
+        session = selectors.get_session_for(scope=api.request_scope(request), session_id=pk)
+        run = selectors.latest_resource_run(session=session)
+        return Response(s.ResourceRunOut({"run": run}).data)
 
     @extend_schema(request=s.ReadIn, responses=s.ReadCursorOut)
     @action(detail=True, methods=["post"])

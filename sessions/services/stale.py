@@ -16,6 +16,7 @@ from runs.services.reaper import fail_run_locked
 from sessions.models import Session
 
 MESSAGE = "session turn admission replaced a stale runner lease"
+REASON = "session-turn-admission-stale-lease"  # the seed's reason code
 
 
 def turn_is_stale(run: Run, *, now: datetime) -> bool:
@@ -31,6 +32,7 @@ def terminalize_stale_turn_locked(
         run,
         reason=MESSAGE,
         phase=Phase.SESSION_TURN_ADMISSION_STALE_TERMINALIZED,
+        code=REASON,
         session=session,
         events=events,
         command_id=command.id,

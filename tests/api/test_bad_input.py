@@ -97,7 +97,7 @@ BAD_BODIES = [
     # POST /runs
     ("client", "POST", "/runs", {**RUN, "project_id": {"a": 1}}, "project_id"),
     ("client", "POST", "/runs", {**RUN, "workspace_ref": "/w"}, "workspace_ref"),
-    ("client", "POST", "/runs", {**RUN, "workspace_ref": {"path": "/w", "x": 1}}, "x"),
+    ("client", "POST", "/runs", {**RUN, "workspace_ref": {"x": 1}}, "path"),
     ("client", "POST", "/runs", {**RUN, "colour": "red"}, "colour"),
     ("client", "POST", "/runs", {**RUN, "id": LONG_ID}, "id"),
     ("client", "POST", "/runs", {**RUN, "project_id": LONG_ID}, "project_id"),

@@ -24,7 +24,7 @@ def _written() -> tuple[int, ...]:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"priority": -1}, "priority"),
+        ({"priority": -(2**31) - 1}, "priority"),
         ({"priority": 1.5}, "priority"),
         ({"priority": 2.0}, "priority"),
         ({"priority": "3"}, "priority"),
@@ -39,7 +39,8 @@ def _written() -> tuple[int, ...]:
         ({"queue": LONG_ID}, "queue"),
         ({"idempotency_key": LONG_ID}, "idempotency_key"),
         ({"backend_profile": "no-such-backend"}, "backend_profile"),
-        ({"workspace_ref": {"path": "/w", "extra": 1}}, "workspace_ref.extra"),
+        ({"workspace_ref": {"extra": 1}}, "workspace_ref.path"),
+        ({"workspace_ref": {"path": "/w", "blob": "z" * (64 * KIB)}}, "workspace_ref"),
         ({"surprise": 1}, "surprise"),
         ({"dispatch": "yes"}, "dispatch"),
     ],

@@ -59,9 +59,9 @@ def test_reserve_activate_run_complete_with_history_in_retry_order() -> None:
     finish(run)
     history = call(api, "GET", f"/queue/tasks/{failed.id}/attempts").json()
     assert [(a["retry_index"], a["state"]) for a in history["items"]] == [
-        (0, "failed"),
         (1, "completed"),
-    ]
+        (0, "failed"),
+    ]  # newest first, as the seed's listQueueAttempts
     assert task(failed.id).state == "completed"
     assert task(failed.id).latest_attempt["attempt_id"] == body["attempt"]["attempt_id"]
 

@@ -48,7 +48,7 @@ def test_a_bad_list_query_is_a_400_naming_the_parameter(query: str, field: str) 
         (_with_run(metadata=BIG_METADATA), "run.metadata"),
         (_with_run(colour="red"), "run.colour"),
         (_with_run(tenant_id="tenant-b"), "run.tenant_id"),
-        (_with_run(workspace_ref={"path": "/w", "extra": 1}), "run.workspace_ref.extra"),
+        (_with_run(workspace_ref={"extra": 1}), "run.workspace_ref.path"),
         ({**turn_body("hi"), "tenant_id": "tenant-b"}, "tenant_id"),
         ({**turn_body("hi"), "when_busy": "sometimes"}, "when_busy"),
         ({**turn_body("hi"), "surprise": True}, "surprise"),

@@ -21,7 +21,7 @@ from django.db import migrations, models
 EMPTY_OBJECT = models.Value({}, output_field=models.JSONField())
 EMPTY_ARRAY = models.Value([], output_field=models.JSONField())
 
-_ACTIONS = {models.CASCADE: "CASCADE", models.SET_NULL: "SET NULL"}
+_ACTIONS: dict[Any, str] = {models.CASCADE: "CASCADE", models.SET_NULL: "SET NULL"}
 
 # Finds a column's foreign key by catalog, since Django names it with a hash.
 _FK_NAMES = """

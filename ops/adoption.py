@@ -17,7 +17,8 @@ adopted database with a fresh one):
   default); existing columns get our type, nullability and (no) database default;
 - the original's constraints and indexes (all but the primary key) are dropped and ours
   created under our names, foreign keys included;
-- the initial migration is recorded as applied, in the same transaction.
+- the initial migration's own SQL runs (it is written `IF NOT EXISTS`), and the migration
+  is recorded as applied, in the same transaction.
 
 Every later migration then runs as on any database (database defaults, `ON DELETE`
 actions, the session index, …). Data is converted afterwards, in resumable batches
@@ -29,9 +30,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.operations import RunSQL
 from django.db.migrations.recorder import MigrationRecorder
 
 from ops import adoption_keys
@@ -45,11 +48,13 @@ INITIAL = "0001_initial"
 def adopt_schema(connection: BaseDatabaseWrapper) -> list[str]:
     """Adopt the original's tables of each app in ADOPTED_APPS; the labels adopted."""
     adopted: list[str] = []
+    executor = MigrationExecutor(connection)
     for label in ADOPTED_APPS:
-        executor = MigrationExecutor(connection)
         node = (label, INITIAL)
         if node in executor.loader.applied_migrations or node not in executor.loader.graph.nodes:
             continue
+        if not _any_table_of(connection, label):
+            continue  # a fresh database: no state to render
         state = executor.loader.project_state(node, at_end=True)
         app_models = [m for m in state.apps.get_models() if m._meta.app_label == label]
         with connection.cursor() as cursor:
@@ -59,10 +64,20 @@ def adopt_schema(connection: BaseDatabaseWrapper) -> list[str]:
         _migrate_dependencies(executor, node)
         with transaction.atomic(using=connection.alias):
             _adopt_tables(connection, app_models, present)
+            _run_initial_sql(connection, executor.loader.graph.nodes[node])
             MigrationRecorder(connection).record_applied(*node)
             adoption_keys.plan_conversion(connection)
         adopted.append(label)
+        executor = MigrationExecutor(connection)  # the history changed
     return adopted
+
+
+def _any_table_of(connection: BaseDatabaseWrapper, label: str) -> bool:
+    """Whether a table of the app's models exists (our tables keep their names across
+    migrations, so the current models tell)."""
+    tables = [model._meta.db_table for model in apps.get_app_config(label).get_models()]
+    with connection.cursor() as cursor:
+        return any(_exists(cursor, table) for table in tables)
 
 
 def _exists(cursor: Any, table: str) -> bool:
@@ -108,6 +123,21 @@ def _adopt_tables(
     with connection.schema_editor(atomic=False) as editor, connection.cursor() as cursor:
         for model in present:
             _create_our_objects(editor, cursor, model, added[model._meta.db_table])
+
+
+def _run_initial_sql(connection: BaseDatabaseWrapper, migration: Any) -> None:
+    """The initial migration's own SQL (a sequence, an index Django cannot name). Each of
+    these statements must be idempotent (`IF NOT EXISTS`): on an adopted database the
+    original may have made the object already."""
+    with connection.schema_editor(atomic=False) as editor:
+        for operation in migration.operations:
+            if isinstance(operation, RunSQL):
+                statements = [operation.sql] if isinstance(operation.sql, str) else operation.sql
+                for statement in statements:
+                    if isinstance(statement, tuple):
+                        editor.execute(statement[0], statement[1])
+                    else:
+                        editor.execute(statement)
 
 
 def _drop_original_objects(editor: Any, cursor: Any, table: str) -> None:

@@ -10,9 +10,10 @@ the batch (table `agentrun_adoption_progress`, created only by an adoption), so 
 (`manage.py migrate` again, or `manage.py adopt_database`) continues where it stopped.
 
 Stored payload hashes are recomputed in our format from the stored values (a command's
-payload, a task's spec), so an old idempotency key replays instead of answering 409, and
-the queue's integrity check holds. Runner jobs keep theirs: the caller chose what was
-hashed. Last, the version and outbox sequences continue after the highest stored value.
+payload, a task's spec, a dispatch intent's input), so an old idempotency key replays
+instead of answering 409, and the queue's integrity check holds. Runner jobs keep
+theirs: the caller chose what was hashed. Last, the version and outbox sequences
+continue after the highest stored value.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from agentrun.hashing import stable_hash
+from dispatch.models import RunnerDispatchIntent
 from ops import adoption_sql as sql
 from queues.models import QueueAttempt, QueueTask
 from queues.services.tasks import spec_of
@@ -66,6 +68,17 @@ def _rehash_tasks(alias: str, after: str, upto: str) -> int:
     return changed
 
 
+def _rehash_intents(alias: str, after: str, upto: str) -> int:
+    changed = 0
+    intents = RunnerDispatchIntent.objects.using(alias).filter(pk__gt=after, pk__lte=upto)
+    for intent in intents.only("input", "input_hash"):
+        wanted = stable_hash(intent.input)
+        if intent.input_hash != wanted:
+            RunnerDispatchIntent.objects.using(alias).filter(pk=intent.pk).update(input_hash=wanted)
+            changed += 1
+    return changed
+
+
 STEPS = (
     Step("runs", "agentrun_runs", "id", (*REFS, "trace_sink")),
     Step("commands", "agentrun_commands", "id", rehash=_rehash_commands),
@@ -76,6 +89,13 @@ STEPS = (
     Step("backends", "agentrun_backends", "profile", ("capabilities", "capacity", "health")),
     Step("sessions", "agentrun_sessions", "session_id", ("summary",)),
     Step("queue_tasks", "agentrun_queue_tasks", "id", (*REFS, "latest_attempt"), _rehash_tasks),
+    Step(
+        "dispatch_intents",
+        "agentrun_runner_dispatch_intents",
+        "id",
+        ("input", "last_error"),
+        _rehash_intents,
+    ),
 )
 # Sequence, table, column: each sequence continues after the column's highest value.
 SEQUENCES = (

@@ -16,6 +16,7 @@ import psycopg
 from django.db import connection
 
 SCHEMA = Path(__file__).with_name("original_schema.sql")
+SCHEMA_V02 = Path(__file__).with_name("original_v02_reconstructed.sql")
 T0 = "2026-06-01T10:00:00Z"
 SPEC = {
     "project_id": "proj-1",
@@ -37,9 +38,9 @@ def url_of(name: str) -> str:
 
 
 @contextmanager
-def scratch_database() -> Iterator[str]:
-    """A new empty database (`test_adopt_<pid>`), dropped afterwards; its URL."""
-    name = f"test_adopt_{os.getpid()}"
+def scratch_database(suffix: str = "") -> Iterator[str]:
+    """A new empty database (`test_adopt_<pid><suffix>`), dropped afterwards; its URL."""
+    name = f"test_adopt_{os.getpid()}{suffix}"
     with psycopg.connect(url_of("postgres"), autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')
@@ -107,15 +108,56 @@ def _events(
         )
 
 
-def build(url: str) -> None:
-    """The original's schema and rows in the database at `url`."""
+def build(url: str, *, with_v02: bool = False) -> None:
+    """The original's schema and rows in the database at `url`; `with_v02`: also the
+    dispatch intent and outbox tables of its migrations 012, 013 and 015 (reconstructed)
+    with a row each."""
     with psycopg.connect(url, autocommit=True) as db:
         db.execute(SCHEMA.read_text())
+        if with_v02:
+            db.execute(SCHEMA_V02.read_text())
     with psycopg.connect(url) as db:
         _session_turn(db)
         _cancelled_run(db)
         _queue(db)
         _pending_run(db)
+        if with_v02:
+            _dispatch_and_outbox(db)
+
+
+def _dispatch_and_outbox(db: psycopg.Connection[Any]) -> None:
+    """The pending run's dispatch intent, and an outbox record its sequence never handed out."""
+    request = {"launchProfile": "default"}
+    _insert(
+        db,
+        "agentrun_runner_dispatch_intents",
+        id="rdi_old5",
+        run_id="run_old5",
+        command_id="cmd_old5",
+        kind="runner-job",
+        input=request,
+        input_hash=legacy_hash(request),
+        state="pending",
+        runner_job_id="rjob_old5",
+        next_attempt_at=T0,
+        last_error={"failureKind": "infra-failed"},
+        created_at=T0,
+        updated_at=T0,
+    )
+    _insert(
+        db,
+        "agentrun_kafka_event_outbox",
+        id="obx_old1",
+        outbox_seq=42,
+        event_id="evt_run_old1_4",
+        run_id="run_old1",
+        source_seq=4,
+        topic="agentrun.events",
+        partition_key="tenant-a:run_old1",
+        value={"specversion": "1.0", "id": "evt_run_old1_4", "type": "terminal_status"},
+        created_at=T0,
+        updated_at=T0,
+    )
 
 
 def _session_turn(db: psycopg.Connection[Any]) -> None:

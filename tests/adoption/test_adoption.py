@@ -80,12 +80,40 @@ def test_migrate_adopts_the_schema_exactly(adopted: tuple[str, str]) -> None:
     url, output = adopted
     assert "Adopted the original's tables of runs in place." in output
     assert "adopted agentrun_events" in output
+    assert_same_schema_as_fresh(url)
+
+
+def assert_same_schema_as_fresh(url: str) -> None:
     for name, sql in CATALOG.items():
         with connection.cursor() as cursor:
             cursor.execute(sql)
             fresh = catalog(cursor.fetchall())
         mine = catalog(query(url, sql))
-        assert mine - fresh == set() and fresh - mine == set(), name
+        assert (mine - fresh, fresh - mine) == (set(), set()), name
+
+
+def test_migrate_again_changes_nothing(adopted: tuple[str, str]) -> None:
+    url, _ = adopted
+    again = manage(url, "migrate", "--no-input")
+    assert "No migrations to apply." in again and "Adopted" not in again, again
+
+
+def test_the_original_dispatch_and_outbox_tables_are_adopted_too() -> None:
+    """A database that also ran the original's 012, 013 and 015 (DDL reconstructed from the
+    seed's queries): dispatch's and outbox's initial migrations are adopted after `runs`
+    0002 they depend on, their rows kept and converted, the outbox sequence continues."""
+    with original.scratch_database("_v02") as url:
+        original.build(url, with_v02=True)
+        output = manage(url, "migrate", "--no-input")
+        for label in ("runs", "dispatch", "outbox"):
+            assert f"Adopted the original's tables of {label} in place." in output, output
+        assert_same_schema_as_fresh(url)
+        intent = query(
+            url, "SELECT input, input_hash, last_error FROM agentrun_runner_dispatch_intents"
+        )
+        assert intent[0][0] == {"launch_profile": "default"} and intent[0][1].startswith("sha256:")
+        assert intent[0][2] == {"failure_kind": "infra-failed"}
+        assert query(url, "SELECT nextval('agentrun_kafka_event_outbox_seq')")[0][0] > 42
 
 
 def test_json_keys_hashes_and_sequences_are_converted(adopted: tuple[str, str]) -> None:

@@ -134,10 +134,10 @@ def _run_initial_sql(connection: BaseDatabaseWrapper, migration: Any) -> None:
             if isinstance(operation, RunSQL):
                 statements = [operation.sql] if isinstance(operation.sql, str) else operation.sql
                 for statement in statements:
-                    if isinstance(statement, tuple):
-                        editor.execute(statement[0], statement[1])
-                    else:
-                        editor.execute(statement)
+                    sql_text, params = (
+                        statement if isinstance(statement, tuple) else (statement, None)
+                    )
+                    editor.execute(sql_text, params)  # type: ignore[arg-type]
 
 
 def _drop_original_objects(editor: Any, cursor: Any, table: str) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
 
 from ops import adoption_keys
 from ops import adoption_sql as sql
@@ -39,6 +40,10 @@ class Command(BaseCommand):
         if not adoption_keys.pending_steps(connection):
             self.stdout.write("Nothing to convert.")
             return
+        executor = MigrationExecutor(connection)
+        if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            # The conversion reads rows through today's models.
+            raise CommandError("Unapplied migrations: run `manage.py migrate` (it converts too).")
         finished = adoption_keys.convert(
             connection,
             batch_size=options["batch_size"],

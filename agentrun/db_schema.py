@@ -63,3 +63,13 @@ def database_on_delete(app_label: str) -> migrations.RunPython:
         _set_actions(app_label, apps, schema_editor, with_action=False)
 
     return migrations.RunPython(forwards, backwards)
+
+
+def alter_fields(model_name: str, **fields: Any) -> list[migrations.AlterField]:
+    """`AlterField` operations for some fields of one model, written compactly in a
+    migration; each operation gets its own copy of the field (Django binds a field to a
+    model's state)."""
+    return [
+        migrations.AlterField(model_name=model_name, name=name, field=field.clone())
+        for name, field in fields.items()
+    ]

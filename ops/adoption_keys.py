@@ -36,6 +36,9 @@ REFS = ("workspace_ref", "session_ref", "resource_bundle_ref", "execution_policy
 
 @dataclass(frozen=True)
 class Step:
+    """One table's conversion: its jsonb `columns` get snake_case keys, then `rehash`
+    (alias, after, upto) recomputes the batch's hashes; batches go in `key` order."""
+
     name: str
     table: str
     key: str

@@ -4,29 +4,18 @@
 
 from django.db import migrations, models
 
-from agentrun.db_schema import database_on_delete
+from agentrun.db_schema import EMPTY_ARRAY, EMPTY_OBJECT, alter_fields, database_on_delete
 
 
 class Migration(migrations.Migration):
-    dependencies = [
-        ("queues", "0002_queue_version_sequence"),
-    ]
+    dependencies = [("queues", "0002_queue_version_sequence")]
 
     operations = [
-        migrations.AlterField(
-            model_name="queuetask",
-            name="metadata",
-            field=models.JSONField(
-                db_default=models.Value({}, output_field=models.JSONField()), default=dict
-            ),
-        ),
-        migrations.AlterField(
-            model_name="queuetask",
-            name="references",
-            field=models.JSONField(
-                db_column="references_json",
-                db_default=models.Value([], output_field=models.JSONField()),
-                default=list,
+        *alter_fields(
+            "queuetask",
+            metadata=models.JSONField(db_default=EMPTY_OBJECT, default=dict),
+            references=models.JSONField(
+                db_column="references_json", db_default=EMPTY_ARRAY, default=list
             ),
         ),
         database_on_delete("queues"),

@@ -4,70 +4,27 @@ with `updated_at` again, the partial index on `storage_pvc_name`, and the read c
 
 from django.db import migrations, models
 
-from agentrun.db_schema import database_on_delete
+from agentrun.db_schema import EMPTY_OBJECT, alter_fields, database_on_delete
+
+STATES = [("idle", "Idle"), ("running", "Running"), ("terminal", "Terminal")]
+KINDS = [("none", "None"), ("local", "Local"), ("pvc", "Pvc"), ("evicted", "Evicted")]
+EMPTY = models.JSONField(db_default=EMPTY_OBJECT, default=dict)
 
 
 class Migration(migrations.Migration):
-    dependencies = [
-        ("agent_sessions", "0002_session_version_sequence"),
-    ]
+    dependencies = [("agent_sessions", "0002_session_version_sequence")]
 
     operations = [
-        migrations.RemoveIndex(
-            model_name="session",
-            name="agentrun_sessions_version_idx",
-        ),
-        migrations.AlterField(
-            model_name="session",
-            name="codex_rollout_subdir",
-            field=models.TextField(db_default="sessions", default="sessions"),
-        ),
-        migrations.AlterField(
-            model_name="session",
-            name="execution_state",
-            field=models.TextField(
-                choices=[("idle", "Idle"), ("running", "Running"), ("terminal", "Terminal")],
-                db_default="idle",
-                default="idle",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="session",
-            name="last_event_seq",
-            field=models.IntegerField(db_default=0, default=0),
-        ),
-        migrations.AlterField(
-            model_name="session",
-            name="metadata",
-            field=models.JSONField(
-                db_default=models.Value({}, output_field=models.JSONField()), default=dict
-            ),
-        ),
-        migrations.AlterField(
-            model_name="session",
-            name="storage_kind",
-            field=models.TextField(
-                choices=[
-                    ("none", "None"),
-                    ("local", "Local"),
-                    ("pvc", "Pvc"),
-                    ("evicted", "Evicted"),
-                ],
-                db_default="none",
-                default="none",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="session",
-            name="summary",
-            field=models.JSONField(
-                db_default=models.Value({}, output_field=models.JSONField()), default=dict
-            ),
-        ),
-        migrations.AlterField(
-            model_name="session",
-            name="version",
-            field=models.BigIntegerField(db_default=1, default=1),
+        migrations.RemoveIndex(model_name="session", name="agentrun_sessions_version_idx"),
+        *alter_fields(
+            "session",
+            codex_rollout_subdir=models.TextField(db_default="sessions", default="sessions"),
+            execution_state=models.TextField(choices=STATES, db_default="idle", default="idle"),
+            last_event_seq=models.IntegerField(db_default=0, default=0),
+            metadata=EMPTY,
+            storage_kind=models.TextField(choices=KINDS, db_default="none", default="none"),
+            summary=EMPTY,
+            version=models.BigIntegerField(db_default=1, default=1),
         ),
         migrations.AddIndex(
             model_name="session",
@@ -78,7 +35,7 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="session",
             index=models.Index(
-                condition=models.Q(("storage_pvc_name__isnull", False)),
+                condition=models.Q(storage_pvc_name__isnull=False),
                 fields=["storage_pvc_name"],
                 name="agentrun_sess_storage_pvc_idx",
             ),

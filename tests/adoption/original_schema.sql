@@ -1,7 +1,8 @@
 -- The original (TypeScript) agentrun manager's PostgreSQL schema: its migrations 001-011
 -- and 014, verbatim from the seed (/work/shared/seed/000_dac4ce4740524c86.txt), in the order
 -- it applies them (012, 013 and 015 are not in the seed). `${backendCapabilitiesSqlValues(...)}`
--- (a TypeScript helper not in the seed) is written out as literal rows of the same shape.
+-- (a TypeScript helper not in the seed) is written out as literal rows of the same shape,
+-- and each backend upsert is put on one line.
 -- Used by tests/adoption/original.py to build a database the way the original leaves it.
 
 CREATE TABLE IF NOT EXISTS agentrun_schema_migrations (
@@ -92,42 +93,11 @@ CREATE INDEX IF NOT EXISTS agentrun_events_run_seq_idx ON agentrun_events (run_i
 CREATE INDEX IF NOT EXISTS agentrun_commands_run_seq_idx ON agentrun_commands (run_id, seq);
 CREATE INDEX IF NOT EXISTS agentrun_leases_expiry_idx ON agentrun_leases (lease_expires_at);
 
-INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at)
-VALUES (
-  'codex',
-  '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://"}'::jsonb,
-  '{"mode":"manual-runner-v0.1"}'::jsonb,
-  '{"status":"registered"}'::jsonb,
-  now()
-)
-ON CONFLICT (profile) DO UPDATE SET
-  capabilities = EXCLUDED.capabilities,
-  capacity = EXCLUDED.capacity,
-  health = EXCLUDED.health,
-  updated_at = EXCLUDED.updated_at;
+INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at) VALUES ( 'codex', '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://"}'::jsonb, '{"mode":"manual-runner-v0.1"}'::jsonb, '{"status":"registered"}'::jsonb, now() ) ON CONFLICT (profile) DO UPDATE SET capabilities = EXCLUDED.capabilities, capacity = EXCLUDED.capacity, health = EXCLUDED.health, updated_at = EXCLUDED.updated_at;
 INSERT INTO agentrun_schema_migrations (id, checksum) VALUES ('001_v01_initial_durable_store', 'seed-checksum');
 
 -- migration 002_v01_backend_profiles
-INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at)
-VALUES (
-  'codex',
-  '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["codex"],"requiredSecretKeys":["auth.json"]}'::jsonb,
-  '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb,
-  '{"status":"registered"}'::jsonb,
-  now()
-),
-(
-  'deepseek',
-  '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["deepseek"],"requiredSecretKeys":["config.toml"]}'::jsonb,
-  '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb,
-  '{"status":"registered"}'::jsonb,
-  now()
-)
-ON CONFLICT (profile) DO UPDATE SET
-  capabilities = EXCLUDED.capabilities,
-  capacity = EXCLUDED.capacity,
-  health = EXCLUDED.health,
-  updated_at = EXCLUDED.updated_at;
+INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at) VALUES ( 'codex', '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["codex"],"requiredSecretKeys":["auth.json"]}'::jsonb, '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb, '{"status":"registered"}'::jsonb, now() ), ( 'deepseek', '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["deepseek"],"requiredSecretKeys":["config.toml"]}'::jsonb, '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb, '{"status":"registered"}'::jsonb, now() ) ON CONFLICT (profile) DO UPDATE SET capabilities = EXCLUDED.capabilities, capacity = EXCLUDED.capacity, health = EXCLUDED.health, updated_at = EXCLUDED.updated_at;
 INSERT INTO agentrun_schema_migrations (id, checksum) VALUES ('002_v01_backend_profiles', 'seed-checksum');
 
 -- migration 003_v01_hwlab_manual_dispatch
@@ -222,19 +192,7 @@ CREATE SEQUENCE IF NOT EXISTS agentrun_queue_version_seq;
 INSERT INTO agentrun_schema_migrations (id, checksum) VALUES ('004_v01_queue_q1', 'seed-checksum');
 
 -- migration 005_v01_minimax_m3_backend_profile
-INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at)
-VALUES (
-  'minimax-m3',
-  '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["minimax-m3"],"requiredSecretKeys":["config.toml"]}'::jsonb,
-  '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb,
-  '{"status":"registered"}'::jsonb,
-  now()
-)
-ON CONFLICT (profile) DO UPDATE SET
-  capabilities = EXCLUDED.capabilities,
-  capacity = EXCLUDED.capacity,
-  health = EXCLUDED.health,
-  updated_at = EXCLUDED.updated_at;
+INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at) VALUES ( 'minimax-m3', '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["minimax-m3"],"requiredSecretKeys":["config.toml"]}'::jsonb, '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb, '{"status":"registered"}'::jsonb, now() ) ON CONFLICT (profile) DO UPDATE SET capabilities = EXCLUDED.capabilities, capacity = EXCLUDED.capacity, health = EXCLUDED.health, updated_at = EXCLUDED.updated_at;
 INSERT INTO agentrun_schema_migrations (id, checksum) VALUES ('005_v01_minimax_m3_backend_profile', 'seed-checksum');
 
 -- migration 006_v01_session_control
@@ -319,35 +277,11 @@ SET execution_policy = replace(replace(replace(execution_policy::text,
   '/home/agentrun/.codex-dsflash-go')::jsonb
 WHERE execution_policy IS NOT NULL AND execution_policy::text LIKE '%ofcx-go%';
 DELETE FROM agentrun_backends WHERE profile = 'ofcx-go';
-INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at)
-VALUES (
-  'dsflash-go',
-  '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["dsflash-go"],"requiredSecretKeys":["auth.json", "config.toml"]}'::jsonb,
-  '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb,
-  '{"status":"registered"}'::jsonb,
-  now()
-)
-ON CONFLICT (profile) DO UPDATE SET
-  capabilities = EXCLUDED.capabilities,
-  capacity = EXCLUDED.capacity,
-  health = EXCLUDED.health,
-  updated_at = EXCLUDED.updated_at;
+INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at) VALUES ( 'dsflash-go', '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["dsflash-go"],"requiredSecretKeys":["auth.json", "config.toml"]}'::jsonb, '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb, '{"status":"registered"}'::jsonb, now() ) ON CONFLICT (profile) DO UPDATE SET capabilities = EXCLUDED.capabilities, capacity = EXCLUDED.capacity, health = EXCLUDED.health, updated_at = EXCLUDED.updated_at;
 INSERT INTO agentrun_schema_migrations (id, checksum) VALUES ('008_v01_dsflash_go_backend_profile', 'seed-checksum');
 
 -- migration 009_v01_dsflash_go_model_catalog
-INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at)
-VALUES (
-  'dsflash-go',
-  '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["dsflash-go"],"requiredSecretKeys":["config.toml"]}'::jsonb,
-  '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb,
-  '{"status":"registered"}'::jsonb,
-  now()
-)
-ON CONFLICT (profile) DO UPDATE SET
-  capabilities = EXCLUDED.capabilities,
-  capacity = EXCLUDED.capacity,
-  health = EXCLUDED.health,
-  updated_at = EXCLUDED.updated_at;
+INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at) VALUES ( 'dsflash-go', '{"protocol":"codex-app-server-jsonrpc-stdio","transport":"stdio","command":"codex app-server --listen stdio://","models":["dsflash-go"],"requiredSecretKeys":["config.toml"]}'::jsonb, '{"mode":"manual-runner-v0.1","maxConcurrentRuns":4}'::jsonb, '{"status":"registered"}'::jsonb, now() ) ON CONFLICT (profile) DO UPDATE SET capabilities = EXCLUDED.capabilities, capacity = EXCLUDED.capacity, health = EXCLUDED.health, updated_at = EXCLUDED.updated_at;
 INSERT INTO agentrun_schema_migrations (id, checksum) VALUES ('009_v01_dsflash_go_model_catalog', 'seed-checksum');
 
 -- migration 010_v01_queue_session_ref

@@ -116,6 +116,30 @@ def test_the_original_dispatch_and_outbox_tables_are_adopted_too() -> None:
         assert query(url, "SELECT nextval('agentrun_kafka_event_outbox_seq')")[0][0] > 42
 
 
+def test_two_migrates_at_once_adopt_once() -> None:
+    """Two `migrate` processes started together on one original database (two pods): both
+    succeed and exactly one adopts it; the other waits its turn and finds nothing to do."""
+    with original.scratch_database("_race") as url:
+        original.build(url)
+        env = {**os.environ, "DATABASE_URL": url}
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "migrate", "--no-input"],
+                cwd=BASE_DIR,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [process.communicate(timeout=300)[0] for process in processes]
+        assert [process.returncode for process in processes] == [0, 0], outputs
+        adopting = [out for out in outputs if "Adopted the original's tables of runs" in out]
+        assert len(adopting) == 1, outputs
+        assert_same_schema_as_fresh(url)
+
+
 def test_json_keys_hashes_and_sequences_are_converted(adopted: tuple[str, str]) -> None:
     url, _ = adopted
     assert query(

@@ -41,6 +41,9 @@ class LockKey(enum.StrEnum):
     # Per queue name: held while the scheduler counts a limited queue's running tasks and
     # starts one, so two workers never both take its last slot.
     QUEUE_SLOTS = "agentrun-queue-slots"
+    # Held by `manage.py migrate` (ops): two processes migrating one database at once (two
+    # pods starting) take turns, so an original database is adopted once.
+    MIGRATE = "agentrun-migrate"
 
 
 def advisory_xact_lock(key: LockKey, value: str) -> None:

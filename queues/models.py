@@ -17,6 +17,8 @@ from django.db import models
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
+from agentrun.db_schema import EMPTY_ARRAY, EMPTY_OBJECT
+
 
 class TaskState(models.TextChoices):
     PENDING = "pending"
@@ -73,8 +75,8 @@ class QueueTask(models.Model):
     resource_bundle_ref = models.JSONField(null=True, blank=True)
     payload = models.JSONField()
     payload_hash = models.TextField()
-    references = models.JSONField(db_column="references_json", default=list)
-    metadata = models.JSONField(default=dict)
+    references = models.JSONField(db_column="references_json", default=list, db_default=EMPTY_ARRAY)
+    metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
     idempotency_key = models.TextField(null=True, blank=True)
     latest_attempt = models.JSONField(null=True, blank=True)
     session_path = models.TextField(null=True, blank=True)

@@ -11,9 +11,12 @@ from datetime import datetime
 
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
-from django.db.models import TextField, Value
+from django.db.models import F, TextField, Value
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Concat, Lower
 from django.utils import timezone
+
+from agentrun.db_schema import EMPTY_OBJECT
 
 
 class RunStatus(models.TextChoices):
@@ -169,8 +172,8 @@ class Run(models.Model):
     claimed_by = models.TextField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Beyond the seed: every claim increments the epoch; runner writes carry it (SPEC §8).
-    lease_epoch = models.IntegerField(default=0)
-    cancel_epoch = models.IntegerField(default=0)
+    lease_epoch = models.IntegerField(default=0, db_default=0)
+    cancel_epoch = models.IntegerField(default=0, db_default=0)
     cancel_request_id = models.TextField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(null=True, blank=True)
@@ -193,6 +196,15 @@ class Run(models.Model):
             GinIndex(
                 OpClass(run_search_document(), name="gin_trgm_ops"),
                 name="agentrun_runs_search_idx",
+            ),
+            # A session's runs, newest first (seed `agentrun_runs_session_idx`): the keyed
+            # turn admission's replay lookup joins commands to these runs, so without it
+            # every keyed turn scans all of agentrun_commands. `->` (not `->>`): the ORM's
+            # `session_ref__session_id=` compares the jsonb value.
+            models.Index(
+                KeyTransform("session_id", "session_ref"),
+                F("updated_at").desc(),
+                name="agentrun_runs_session_idx",
             ),
             # Live runs by profile: the dispatcher's capacity count and the operator status read
             # only these, which stay few while terminal history grows.
@@ -231,7 +243,7 @@ class Command(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
-    cancel_epoch = models.IntegerField(default=0)
+    cancel_epoch = models.IntegerField(default=0, db_default=0)
     cancel_request_id = models.TextField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(null=True, blank=True)
@@ -283,7 +295,7 @@ class Runner(models.Model):
     backend_profile = models.TextField(null=True, blank=True)
     placement = models.TextField(null=True, blank=True)
     source_commit = models.TextField(null=True, blank=True)
-    metadata = models.JSONField(default=dict)
+    metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
     registered_at = models.DateTimeField(default=timezone.now)
     heartbeat_at = models.DateTimeField(default=timezone.now)
 
@@ -301,7 +313,7 @@ class Backend(models.Model):
     health = models.JSONField()
     # Operator-set: the most a client's execution policy may ask for on this profile
     # (`runs.policy`: sandbox, approval_policy, approvals); {} = the defaults.
-    policy_ceiling = models.JSONField(default=dict, blank=True)
+    policy_ceiling = models.JSONField(default=dict, blank=True, db_default=EMPTY_OBJECT)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -317,7 +329,7 @@ class Lease(models.Model):
     )
     runner_id = models.TextField()
     lease_expires_at = models.DateTimeField()
-    lease_epoch = models.IntegerField(default=0)
+    lease_epoch = models.IntegerField(default=0, db_default=0)
     stale_recovery_marker = models.JSONField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -382,7 +394,7 @@ class CancelRequest(models.Model):
     requested_by = models.TextField(null=True, blank=True)
     epoch = models.IntegerField()
     stage = models.TextField(choices=CancelStage.choices)
-    metadata = models.JSONField(default=dict)
+    metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -13,6 +13,8 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
+from agentrun.db_schema import EMPTY_OBJECT
+
 TITLE_MAX = 120
 
 
@@ -45,23 +47,29 @@ class Session(models.Model):
     backend_profile = models.TextField()
     conversation_id = models.TextField(null=True, blank=True)
     thread_id = models.TextField(null=True, blank=True)
-    metadata = models.JSONField(default=dict)
+    metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
-    version = models.BigIntegerField(default=1)
-    execution_state = models.TextField(choices=ExecutionState.choices, default=ExecutionState.IDLE)
+    version = models.BigIntegerField(default=1, db_default=1)
+    execution_state = models.TextField(
+        choices=ExecutionState.choices,
+        default=ExecutionState.IDLE,
+        db_default=ExecutionState.IDLE.value,
+    )
     last_run_id = models.TextField(null=True, blank=True)
     last_command_id = models.TextField(null=True, blank=True)
     active_run_id = models.TextField(null=True, blank=True)
     active_command_id = models.TextField(null=True, blank=True)
-    last_event_seq = models.IntegerField(default=0)
+    last_event_seq = models.IntegerField(default=0, db_default=0)
     terminal_status = models.TextField(null=True, blank=True)
     failure_kind = models.TextField(null=True, blank=True)
     title = models.TextField(null=True, blank=True)
-    summary = models.JSONField(default=dict)
+    summary = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
     last_activity_at = models.DateTimeField(null=True, blank=True)
-    storage_kind = models.TextField(choices=StorageKind.choices, default=StorageKind.NONE)
+    storage_kind = models.TextField(
+        choices=StorageKind.choices, default=StorageKind.NONE, db_default=StorageKind.NONE.value
+    )
     storage_pvc_name = models.TextField(null=True, blank=True)
     storage_namespace = models.TextField(null=True, blank=True)
     # Beyond the seed: the directory of `local` storage, which gc_sessions deletes.
@@ -70,7 +78,7 @@ class Session(models.Model):
     storage_files_count = models.IntegerField(null=True, blank=True)
     storage_sha256 = models.TextField(null=True, blank=True)
     storage_updated_at = models.DateTimeField(null=True, blank=True)
-    codex_rollout_subdir = models.TextField(default="sessions")
+    codex_rollout_subdir = models.TextField(default="sessions", db_default="sessions")
     storage_pvc_phase = models.TextField(null=True, blank=True)
     storage_evicted_at = models.DateTimeField(null=True, blank=True)
 
@@ -81,12 +89,20 @@ class Session(models.Model):
                 fields=["execution_state", "backend_profile", "-updated_at"],
                 name="agentrun_sessions_control_idx",
             ),
-            models.Index(fields=["version"], name="agentrun_sessions_version_idx"),
+            # The change feed's `version > cursor`, newest change first (the seed's).
+            models.Index(fields=["version", "-updated_at"], name="agentrun_sessions_version_idx"),
             models.Index(
                 fields=["tenant_id", "project_id", "backend_profile", "updated_at"],
                 name="agentrun_sessions_tenant_idx",
             ),
             models.Index(fields=["storage_kind", "expires_at"], name="agentrun_sess_storage_idx"),
+            # Storage GC's lookup of a PVC's session (seed `agentrun_sessions_storage_pvc_idx`,
+            # shortened to Django's 30 characters); most sessions have no PVC.
+            models.Index(
+                fields=["storage_pvc_name"],
+                condition=models.Q(storage_pvc_name__isnull=False),
+                name="agentrun_sess_storage_pvc_idx",
+            ),
         ]
 
     def __str__(self) -> str:

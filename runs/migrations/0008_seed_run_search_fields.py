@@ -9,7 +9,7 @@ import runs.models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0006_runner_tenant"),
+        ("runs", "0007_schema_fidelity"),
     ]
 
     operations = [

@@ -83,6 +83,7 @@ def extra_launchers() -> dict[str, str]:
 local_runner_command = Setting("AGENTRUN_LOCAL_RUNNER_COMMAND", _optional_text)
 runner_image = Setting("AGENTRUN_RUNNER_IMAGE", _text)
 kubernetes_namespace = Setting("AGENTRUN_KUBERNETES_NAMESPACE", _text)
+kubernetes_job_ttl_s = Setting("AGENTRUN_KUBERNETES_JOB_TTL_S", int)
 
 
 # Maintenance: reaper and reconciliation.

@@ -256,6 +256,9 @@ AGENTRUN_API_URL = os.environ.get("AGENTRUN_API_URL", "http://127.0.0.1:8000")
 AGENTRUN_LOCAL_RUNNER_COMMAND = os.environ.get("AGENTRUN_LOCAL_RUNNER_COMMAND") or None
 AGENTRUN_RUNNER_IMAGE = os.environ.get("AGENTRUN_RUNNER_IMAGE", "agentrun-runner:latest")
 AGENTRUN_KUBERNETES_NAMESPACE = os.environ.get("AGENTRUN_KUBERNETES_NAMESPACE", "agentrun")
+# A finished runner Job (and, through its owner reference, its key Secret) is deleted this
+# long after it ended; a launch profile's `ttl_seconds_after_finished` overrides it.
+AGENTRUN_KUBERNETES_JOB_TTL_S = env_int("AGENTRUN_KUBERNETES_JOB_TTL_S", 3600)
 AGENTRUN_SOURCE_COMMIT = os.environ.get("AGENTRUN_SOURCE_COMMIT", "")
 AGENTRUN_DISPATCH_BATCH_SIZE = env_int("AGENTRUN_DISPATCH_BATCH_SIZE", 50)
 AGENTRUN_DISPATCH_LEASE_MS = env_int("AGENTRUN_DISPATCH_LEASE_MS", 60_000)

@@ -25,6 +25,25 @@ def make_dispatch_command(*, dispatch: dict[str, Any] | None = None, **spec: Any
     ).command
 
 
+def launch_request(**overrides: Any) -> LaunchRequest:
+    """A launch request as the dispatch step builds one; `options` names the profile."""
+    values: dict[str, Any] = {
+        "intent_id": "rdi_1",
+        "run_id": "run_01ABC",
+        "command_id": "cmd_1",
+        "tenant_id": "t",
+        "backend_profile": "codex",
+        "runner_job_id": "rjob_01JD3KXYZ",
+        "runner_id": "runner_01JD3KXYZ",
+        "attempt_count": 1,
+        "runner_key": "ar_runner_secret",
+        "api_url": "http://agentrun:8000",
+        "options": {},
+    }
+    values.update(overrides)
+    return LaunchRequest(**values)
+
+
 def set_capacity(profile: str, max_concurrent_runs: int) -> None:
     Backend.objects.filter(profile=profile).update(
         capacity={"max_concurrent_runs": max_concurrent_runs}

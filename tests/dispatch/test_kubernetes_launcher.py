@@ -16,24 +16,11 @@ from dispatch.launchers.kubernetes import (
     job_manifest,
     job_name,
 )
+from tests.dispatch.helpers import launch_request
 
 
 def _request(**overrides: Any) -> LaunchRequest:
-    values: dict[str, Any] = {
-        "intent_id": "rdi_1",
-        "run_id": "run_01ABC",
-        "command_id": "cmd_1",
-        "tenant_id": "t",
-        "backend_profile": "codex",
-        "runner_job_id": "rjob_01JD3KXYZ",
-        "runner_id": "runner_01JD3KXYZ",
-        "attempt_count": 1,
-        "runner_key": "ar_runner_secret",
-        "api_url": "http://agentrun:8000",
-        "options": {"launch_profile": "k8s"},  # image and account: the operator's profile
-    }
-    values.update(overrides)
-    return LaunchRequest(**values)
+    return launch_request(**{"options": {"launch_profile": "k8s"}, **overrides})
 
 
 @pytest.fixture(autouse=True)

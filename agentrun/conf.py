@@ -131,6 +131,10 @@ outbox_retention_days = Setting("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS", int)
 outbox_wake_on_commit = Setting("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT", bool)
 # How stale `/metrics`' backlog gauges may be: one database read per interval.
 metrics_backlog_refresh_s = Setting("AGENTRUN_METRICS_BACKLOG_REFRESH_S", float)
+# Celery delivery (settings.py says why): late acks, prefetch, RabbitMQ queue type.
+celery_acks_late = Setting("AGENTRUN_CELERY_ACKS_LATE", bool)
+celery_prefetch_multiplier = Setting("AGENTRUN_CELERY_PREFETCH_MULTIPLIER", int)
+celery_queue_type = Setting("AGENTRUN_CELERY_QUEUE_TYPE", _text)
 # How often an idle consumer polls the database broker (agentrun/broker.py).
 broker_poll_ms = Setting("AGENTRUN_BROKER_POLL_MS", int)
 # How often a worker and beat write their heartbeat (ops/heartbeats.py).

@@ -232,6 +232,28 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 CELERY_TASK_ROUTES = TASK_ROUTES
+# Delivery (issue 23; RabbitMQ is the production broker, README "Running at scale"). Every
+# task is one bounded batch that is safe to redo (SKIP LOCKED claims, fenced settles), so a
+# message is acknowledged after its task ran: a worker killed mid-batch leaves it
+# unacknowledged and the broker gives it to another worker (RabbitMQ at once, when the
+# connection drops; Redis only after its visibility timeout).
+AGENTRUN_CELERY_ACKS_LATE = env_bool("AGENTRUN_CELERY_ACKS_LATE", True)
+CELERY_TASK_ACKS_LATE = AGENTRUN_CELERY_ACKS_LATE
+CELERY_TASK_REJECT_ON_WORKER_LOST = AGENTRUN_CELERY_ACKS_LATE  # the prefork pool's case
+# Messages a worker process reserves beyond the one it runs: 1, so a long batch never sits
+# on wake-ups an idle worker could take.
+AGENTRUN_CELERY_PREFETCH_MULTIPLIER = env_int("AGENTRUN_CELERY_PREFETCH_MULTIPLIER", 1)
+CELERY_WORKER_PREFETCH_MULTIPLIER = AGENTRUN_CELERY_PREFETCH_MULTIPLIER
+# RabbitMQ queue type: `quorum` (replicated, durable, poison-message aware) by default on
+# an amqp:// broker; Celery then turns off global QoS itself. Other brokers ignore it.
+AGENTRUN_CELERY_QUEUE_TYPE = os.environ.get("AGENTRUN_CELERY_QUEUE_TYPE") or (
+    "quorum" if CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")) else "classic"
+)
+CELERY_TASK_DEFAULT_QUEUE_TYPE = AGENTRUN_CELERY_QUEUE_TYPE
+CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = AGENTRUN_CELERY_QUEUE_TYPE
+if CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # Publisher confirms: a wake-up is sent once the broker has it, not once it left us.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
 
 # Runs and leases.
 AGENTRUN_DEFAULT_LEASE_MS = env_int("AGENTRUN_DEFAULT_LEASE_MS", 60_000)

@@ -19,8 +19,8 @@ Image, namespace, service account, `resources` (requests and limits) and
 (`LaunchRequest.profile`), never from a client. The container runs `python -m runner run
 --run ID`, which loads no Django, so a runner pod needs no database and no server
 settings. Its environment is the runner's ids, the API URL and the key, nothing else: no
-service links (Kubernetes would add every Service's host and port), and no API token
-mounted unless the profile names a service account.
+service links (Kubernetes would add every Service's host and port), and no Kubernetes API
+token mounted, even under the profile's service account.
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def job_manifest(request: LaunchRequest, *, name: str, namespace: str) -> dict[s
         "restartPolicy": "Never",
         "containers": [container],
         "enableServiceLinks": False,
-        "automountServiceAccountToken": bool(profile.get("service_account_name")),
+        # The runner talks to agentrun's API only, never to Kubernetes': no token, whatever
+        # the service account may grant.
+        "automountServiceAccountToken": False,
     }
     if profile.get("service_account_name"):
         pod_spec["serviceAccountName"] = profile["service_account_name"]

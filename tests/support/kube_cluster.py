@@ -11,9 +11,9 @@ per machine from Debian's source package into AGENTRUN_KUBE_CACHE (default
 There is no kubelet: pods are created by the Job controller and stay Pending. `PodStandIn`
 plays the node: it marks a Job's pods Succeeded or Failed, which is all the launcher can
 observe of a pod anyway. The ServiceAccount admission plugin is off (no token controller
-runs, and runner pods mount no token); authentication is one static token in
-`system:masters`, authorization RBAC, so the manifests' Role can be checked with
-`kubectl auth can-i --as`.
+runs, and runner pods mount no token). Authentication is static tokens: an admin in
+`system:masters`, and the deploy manifests' launcher service account (`LAUNCHER_ACCOUNT`);
+authorization is RBAC, so the manifests' Role is all the launcher gets as that account.
 
 Use it from a conftest.py: `from tests.support.kube_cluster import kube_cluster`.
 """
@@ -35,6 +35,8 @@ from typing import Any
 import pytest
 
 HOST = "127.0.0.1"
+# The account deploy/kubernetes/10-rbac.yaml gives the workers (who launch runner Jobs).
+LAUNCHER_ACCOUNT = "system:serviceaccount:agentrun:agentrun-launcher"
 CACHE = Path(os.environ.get("AGENTRUN_KUBE_CACHE", "/var/cache/agentrun/kubernetes-1.20.2"))
 FEATURE_GATES = "TTLAfterFinished=true"  # alpha in 1.20: both servers need it
 HOW_TO_BUILD = (
@@ -68,6 +70,7 @@ class KubeCluster:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.token = secrets.token_hex(16)
+        self.launcher_token = secrets.token_hex(16)
         self.port = _free_port()
         self.kubeconfig = workdir / "kubeconfig"
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -144,12 +147,19 @@ class KubeCluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
         return done
 
-    def clients(self) -> tuple[Any, Any, tuple[type[BaseException], ...]]:
-        """(BatchV1Api, CoreV1Api, error types): the launcher's `clients`, on this server."""
+    def clients(
+        self, *, as_launcher: bool = False
+    ) -> tuple[Any, Any, tuple[type[BaseException], ...]]:
+        """(BatchV1Api, CoreV1Api, error types): the launcher's `clients`, on this server,
+        as the admin or (`as_launcher`) as the manifests' launcher service account."""
         import urllib3.exceptions
         from kubernetes import client, config
 
-        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        path = self.kubeconfig
+        if as_launcher:
+            path = self.workdir / "kubeconfig-launcher"
+            self._write_kubeconfig(path, self.launcher_token)
+        api = config.new_client_from_config(config_file=str(path))
         errors = (client.exceptions.ApiException, urllib3.exceptions.HTTPError, OSError)
         return client.BatchV1Api(api), client.CoreV1Api(api), errors
 
@@ -185,15 +195,18 @@ class KubeCluster:
             ],
         ):  # fmt: skip
             subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-        (work / "tokens.csv").write_text(f'{self.token},agentrun-test,1,"system:masters"\n')
+        (work / "tokens.csv").write_text(
+            f'{self.token},agentrun-test,1,"system:masters"\n'
+            f'{self.launcher_token},{LAUNCHER_ACCOUNT},2,"system:serviceaccounts"\n'
+        )
 
-    def _write_kubeconfig(self) -> None:
-        self.kubeconfig.write_text(
+    def _write_kubeconfig(self, path: Path | None = None, token: str | None = None) -> None:
+        (path or self.kubeconfig).write_text(
             "apiVersion: v1\nkind: Config\n"
             "clusters:\n- name: test\n  cluster:\n"
             f"    server: {self.server}\n"
             f"    certificate-authority: {self.workdir / 'server.crt'}\n"
-            f"users:\n- name: test\n  user:\n    token: {self.token}\n"
+            f"users:\n- name: test\n  user:\n    token: {token or self.token}\n"
             "contexts:\n- name: test\n  context: {cluster: test, user: test}\n"
             "current-context: test\n"
         )

@@ -74,6 +74,7 @@ class KubeCluster:
         self.port = _free_port()
         self.kubeconfig = workdir / "kubeconfig"
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._etcd_dir: Path | None = None
         atexit.register(self.stop)
 
     @property
@@ -84,7 +85,7 @@ class KubeCluster:
         binaries = self._binaries()
         self._write_keys()
         etcd_port, peer_port = _free_port(), _free_port()
-        data_dir = Path(tempfile.mkdtemp(prefix="agentrun-etcd-", dir=_fast_dir()))
+        data_dir = self._etcd_dir = Path(tempfile.mkdtemp(prefix="agentrun-etcd-", dir=_fast_dir()))
         self._spawn("etcd", [
             binaries["etcd"], "--name=default", f"--data-dir={data_dir}",
             f"--listen-client-urls=http://{HOST}:{etcd_port}",
@@ -123,16 +124,16 @@ class KubeCluster:
         )
 
     def stop(self) -> None:
+        """SIGKILL: the cluster is thrown away (a graceful API server stop waits ~13 s for
+        its watches), then its etcd data goes."""
         for _, proc in reversed(self._procs):
             if proc.poll() is None:
-                proc.terminate()
-        for _, proc in reversed(self._procs):
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+            proc.wait()
         self._procs.clear()
+        if self._etcd_dir is not None:
+            shutil.rmtree(self._etcd_dir, ignore_errors=True)
+            self._etcd_dir = None
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """`kubectl` against this server (the machine's /usr/bin/kubectl)."""

@@ -160,13 +160,7 @@ def test_a_job_failing_before_its_runner_starts_is_observed_failed_and_retried_b
     ):
         assert dispatch_batch(owner="w", launchers=launchers).dispatched == 1
         first = RunnerJob.objects.get(run=command.run_id)
-        pods.finish(namespace, first.job_name, "Failed")
-        wait_until(
-            lambda: launchers["kubernetes"].observe(first) == JobState.FAILED,
-            timeout=60,
-            what="the Job to fail",
-        )
-        counts = reconcile_runner_jobs(limit=10, grace_ms=0, launchers=launchers)
+        counts = _fail_and_reconcile(first, launchers, pods)
         assert (counts.relaunched, counts.terminalized) == (1, 0)
         intent = intent_of(command)
         assert intent.state == IntentState.RETRY and intent.runner_job_id != first.idempotency_key
@@ -182,16 +176,21 @@ def test_a_job_failing_before_its_runner_starts_is_observed_failed_and_retried_b
         assert Run.objects.get(pk=command.run_id).status == "pending"
 
         # The last attempt's Job fails too: no attempt left, so the run fails visibly.
-        pods.finish(namespace, second.job_name, "Failed")
-        wait_until(
-            lambda: launchers["kubernetes"].observe(second) == JobState.FAILED,
-            timeout=60,
-            what="the second Job to fail",
-        )
-        counts = reconcile_runner_jobs(limit=10, grace_ms=0, launchers=launchers)
+        counts = _fail_and_reconcile(second, launchers, pods)
         assert (counts.relaunched, counts.terminalized) == (0, 1)
     run = Run.objects.get(pk=command.run_id)
     assert (run.status, run.failure_kind) == ("failed", "infra-failed")
     assert phases(run).count("runner-dispatched") == 2
     assert "runner-dispatch-retry" in phases(run) and "runner-gone" in phases(run)
     assert not _exists(core.read_namespaced_secret, second.job_name, namespace)
+
+
+def _fail_and_reconcile(job: RunnerJob, launchers: Any, pods: PodStandIn) -> Any:
+    """Fail the Job's pod, wait until the launcher sees the Job failed, reconcile once."""
+    pods.finish(job.namespace, job.job_name, "Failed")
+    wait_until(
+        lambda: launchers["kubernetes"].observe(job) == JobState.FAILED,
+        timeout=60,
+        what=f"job {job.job_name} to fail",
+    )
+    return reconcile_runner_jobs(limit=10, grace_ms=0, launchers=launchers)

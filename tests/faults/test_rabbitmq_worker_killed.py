@@ -83,24 +83,39 @@ def test_worker_killed_mid_batch_on_rabbitmq_is_redone_at_once_by_another(
 ) -> None:
     run_ids = _dispatch_commands()
     blocker = raw_connection("fault-rmq-blocker")
+    try:
+        _kill_mid_batch_and_redo(live_server, tmp_path, rabbitmq_vhost, blocker, run_ids)
+    finally:
+        _release(blocker)  # a failure above must not leave the run row locked
+
+
+def _release(blocker: Any) -> None:
+    if not blocker.closed:
+        blocker.rollback()
+        blocker.close()
+
+
+def _kill_mid_batch_and_redo(
+    live_server: Any, tmp_path: Path, broker: str, blocker: Any, run_ids: list[str]
+) -> None:
     blocker.execute("BEGIN")
     blocker.execute("SELECT 1 FROM agentrun_runs WHERE id = %s FOR UPDATE", [run_ids[0]])
     env = {**_worker_env(live_server), "AGENTRUN_DISPATCH_LEASE_MS": "1500"}
-    queue, broker = TaskQueue.DISPATCH.value, rabbitmq_vhost
+    queue = TaskQueue.DISPATCH.value
     with celery_worker("rmq-a", queues=queue, broker=broker, data_dir=tmp_path, **env) as first:
         assert _queue(broker)["type"] == "quorum"
         _send_dispatch_batch(broker, tmp_path)
         keys = ApiKey.objects.filter(name__startswith="runner job")
         wait_for(lambda: keys.count() == RUNS, 30, "worker A to launch every runner")
         wait_for(lambda: waiting_on_lock(first.app_name), 30, "worker A's completion to block")
-        # Late ack: the message A is working on is still the broker's, unacknowledged.
-        assert (_queue(broker)["ready"], _queue(broker)["unacked"]) == ("0", "1")
+        # Late ack: the message A is working on is still the broker's, unacknowledged (a
+        # quorum queue's counters may lag a moment behind).
+        wait_for(lambda: _counts(broker) == ("0", "1"), 20, "1 unacknowledged message", 0.2)
         with celery_worker("rmq-b", queues=queue, broker=broker, data_dir=tmp_path, **env) as b:
             wait_for(_leases_lapsed, 10, "worker A's dispatch leases to lapse", 0.1)
             killed = time.monotonic()
             first.kill()  # mid-batch: launched, not recorded, message not acknowledged
-            blocker.rollback()
-            blocker.close()
+            _release(blocker)
             settled = RunnerDispatchIntent.objects.filter(
                 run_id__in=run_ids, state__in=["dispatched", "cancelled"]
             )
@@ -108,7 +123,7 @@ def test_worker_killed_mid_batch_on_rabbitmq_is_redone_at_once_by_another(
             redone_s = time.monotonic() - killed
             wait_for(lambda: _all_terminal(run_ids), 90, "every run to finish", 0.2)
             b_pid = b.pid
-        assert (_queue(broker)["ready"], _queue(broker)["unacked"]) == ("0", "0")
+        wait_for(lambda: _counts(broker) == ("0", "0"), 20, "B to acknowledge it", 0.2)
     print(
         f"\nthe killed worker's batch was redone by the other worker {redone_s:.2f}s after the kill"
     )
@@ -121,6 +136,11 @@ def test_worker_killed_mid_batch_on_rabbitmq_is_redone_at_once_by_another(
     assert RunnerJob.objects.filter(run_id__in=run_ids).count() == events.count() >= 1
     _assert_dispatched_once(run_ids)
     assert_invariants()
+
+
+def _counts(broker: str) -> tuple[str, str]:
+    queue = _queue(broker)
+    return queue["ready"], queue["unacked"]
 
 
 def _queue(broker: str) -> dict[str, str]:

@@ -83,6 +83,7 @@ def extra_launchers() -> dict[str, str]:
 local_runner_command = Setting("AGENTRUN_LOCAL_RUNNER_COMMAND", _optional_text)
 runner_image = Setting("AGENTRUN_RUNNER_IMAGE", _text)
 kubernetes_namespace = Setting("AGENTRUN_KUBERNETES_NAMESPACE", _text)
+kubernetes_job_ttl_s = Setting("AGENTRUN_KUBERNETES_JOB_TTL_S", int)
 
 
 # Maintenance: reaper and reconciliation.
@@ -130,6 +131,10 @@ outbox_retention_days = Setting("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS", int)
 outbox_wake_on_commit = Setting("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT", bool)
 # How stale `/metrics`' backlog gauges may be: one database read per interval.
 metrics_backlog_refresh_s = Setting("AGENTRUN_METRICS_BACKLOG_REFRESH_S", float)
+# Celery delivery (settings.py says why): late acks, prefetch, RabbitMQ queue type.
+celery_acks_late = Setting("AGENTRUN_CELERY_ACKS_LATE", bool)
+celery_prefetch_multiplier = Setting("AGENTRUN_CELERY_PREFETCH_MULTIPLIER", int)
+celery_queue_type = Setting("AGENTRUN_CELERY_QUEUE_TYPE", _text)
 # How often an idle consumer polls the database broker (agentrun/broker.py).
 broker_poll_ms = Setting("AGENTRUN_BROKER_POLL_MS", int)
 # How often a worker and beat write their heartbeat (ops/heartbeats.py).

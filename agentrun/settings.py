@@ -233,6 +233,28 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 CELERY_TASK_ROUTES = TASK_ROUTES
+# Delivery (issue 23; RabbitMQ is the production broker, README "Running at scale"). Every
+# task is one bounded batch that is safe to redo (SKIP LOCKED claims, fenced settles), so a
+# message is acknowledged after its task ran: a worker killed mid-batch leaves it
+# unacknowledged and the broker gives it to another worker (RabbitMQ at once, when the
+# connection drops; Redis only after its visibility timeout).
+AGENTRUN_CELERY_ACKS_LATE = env_bool("AGENTRUN_CELERY_ACKS_LATE", True)
+CELERY_TASK_ACKS_LATE = AGENTRUN_CELERY_ACKS_LATE
+CELERY_TASK_REJECT_ON_WORKER_LOST = AGENTRUN_CELERY_ACKS_LATE  # the prefork pool's case
+# Messages a worker process reserves beyond the one it runs: 1, so a long batch never sits
+# on wake-ups an idle worker could take.
+AGENTRUN_CELERY_PREFETCH_MULTIPLIER = env_int("AGENTRUN_CELERY_PREFETCH_MULTIPLIER", 1)
+CELERY_WORKER_PREFETCH_MULTIPLIER = AGENTRUN_CELERY_PREFETCH_MULTIPLIER
+# RabbitMQ queue type: `quorum` (replicated, durable, poison-message aware) by default on
+# an amqp:// broker; Celery then turns off global QoS itself. Other brokers ignore it.
+AGENTRUN_CELERY_QUEUE_TYPE = os.environ.get("AGENTRUN_CELERY_QUEUE_TYPE") or (
+    "quorum" if CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")) else "classic"
+)
+CELERY_TASK_DEFAULT_QUEUE_TYPE = AGENTRUN_CELERY_QUEUE_TYPE
+CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = AGENTRUN_CELERY_QUEUE_TYPE
+if CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # Publisher confirms: a wake-up is sent once the broker has it, not once it left us.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
 
 # Runs and leases.
 AGENTRUN_DEFAULT_LEASE_MS = env_int("AGENTRUN_DEFAULT_LEASE_MS", 60_000)
@@ -257,6 +279,9 @@ AGENTRUN_API_URL = os.environ.get("AGENTRUN_API_URL", "http://127.0.0.1:8000")
 AGENTRUN_LOCAL_RUNNER_COMMAND = os.environ.get("AGENTRUN_LOCAL_RUNNER_COMMAND") or None
 AGENTRUN_RUNNER_IMAGE = os.environ.get("AGENTRUN_RUNNER_IMAGE", "agentrun-runner:latest")
 AGENTRUN_KUBERNETES_NAMESPACE = os.environ.get("AGENTRUN_KUBERNETES_NAMESPACE", "agentrun")
+# A finished runner Job (and, through its owner reference, its key Secret) is deleted this
+# long after it ended; a launch profile's `ttl_seconds_after_finished` overrides it.
+AGENTRUN_KUBERNETES_JOB_TTL_S = env_int("AGENTRUN_KUBERNETES_JOB_TTL_S", 3600)
 AGENTRUN_SOURCE_COMMIT = os.environ.get("AGENTRUN_SOURCE_COMMIT", "")
 AGENTRUN_DISPATCH_BATCH_SIZE = env_int("AGENTRUN_DISPATCH_BATCH_SIZE", 50)
 AGENTRUN_DISPATCH_LEASE_MS = env_int("AGENTRUN_DISPATCH_LEASE_MS", 60_000)

@@ -74,6 +74,21 @@ class Launched:
     outcome: str = "launched"  # or "existing" when an idempotent launch found its job
     details: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of_job(cls, job: RunnerJob) -> Launched:
+        """What was launched, back from its runner job record (to abort it later)."""
+        return cls(
+            launcher=str(job.result.get("launcher")),
+            job_name=job.job_name,
+            namespace=job.namespace,
+            image=job.image,
+            manager_url=job.manager_url,
+            runner_id=job.runner_id,
+            source_commit=job.source_commit,
+            outcome=str(job.result.get("outcome") or "launched"),
+            details=dict(job.result),
+        )
+
 
 class JobState:
     """What reconciliation observes about a launched job."""

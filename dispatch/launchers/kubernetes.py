@@ -6,10 +6,21 @@ names it. The Job name comes from the intent's planned runner job id, so it is s
 across attempts and a launch is idempotent by name: a 409 on create means an earlier
 attempt already created it, which is recorded as outcome `existing`. The run-scoped
 runner key goes into a Secret of the same name, referenced from the pod's environment,
-so it never appears in the Job spec. Image, namespace and service account come from the
-operator's launch profile (`LaunchRequest.profile`), never from a client. The container
-runs `python -m runner run --run ID`, which loads no Django, so a runner pod needs no
-database and no server settings.
+so it never appears in the Job spec. The Job is created first and the Secret second, with
+an owner reference to the Job's uid: the garbage collector deletes the Secret with its Job
+(abort, `ttlSecondsAfterFinished`, an operator's `kubectl delete job`), so no runner key
+outlives its Job (issue 23: 202 Secrets were left after 200 launches). A launch that dies
+between the two leaves a Job whose pod waits for its Secret; the next attempt finds the Job
+(`existing`) and writes the Secret. Abort deletes both at once rather than waiting for the
+collector.
+
+Image, namespace, service account, `resources` (requests and limits) and
+`ttl_seconds_after_finished` come from the operator's launch profile
+(`LaunchRequest.profile`), never from a client. The container runs `python -m runner run
+--run ID`, which loads no Django, so a runner pod needs no database and no server
+settings. Its environment is the runner's ids, the API URL and the key, nothing else: no
+service links (Kubernetes would add every Service's host and port), and no Kubernetes API
+token mounted, even under the profile's service account.
 """
 
 from __future__ import annotations
@@ -57,26 +68,40 @@ def job_manifest(request: LaunchRequest, *, name: str, namespace: str) -> dict[s
         "args": ["python", "-m", "runner", "run", "--run", request.run_id],
         "env": env,
     }
-    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if profile.get("resources"):
+        container["resources"] = profile["resources"]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "enableServiceLinks": False,
+        # The runner talks to agentrun's API only, never to Kubernetes': no token, whatever
+        # the service account may grant.
+        "automountServiceAccountToken": False,
+    }
     if profile.get("service_account_name"):
         pod_spec["serviceAccountName"] = profile["service_account_name"]
+    ttl = profile.get("ttl_seconds_after_finished", conf.kubernetes_job_ttl_s())
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": 0,
-            "ttlSecondsAfterFinished": 3600,
+            "ttlSecondsAfterFinished": int(ttl),
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
 
 
-def secret_manifest(request: LaunchRequest, *, name: str, namespace: str) -> dict[str, Any]:
+def secret_manifest(
+    request: LaunchRequest, *, name: str, namespace: str, job_uid: str
+) -> dict[str, Any]:
+    """The runner key's Secret, owned by the Job (`job_uid`): deleted with it."""
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": [owner]},
         "type": "Opaque",
         "stringData": {KEY_FIELD: request.runner_key},
     }
@@ -124,10 +149,11 @@ class KubernetesLauncher:
         profile = request.profile
         namespace = profile.get("namespace") or conf.kubernetes_namespace()
         try:
-            self._put_secret(core, errors, secret_manifest(request, name=name, namespace=namespace))
-            outcome = self._create_job(
+            outcome, uid = self._create_job(
                 batch, errors, job_manifest(request, name=name, namespace=namespace)
             )
+            secret = secret_manifest(request, name=name, namespace=namespace, job_uid=uid)
+            self._put_secret(core, errors, secret)
         except errors as error:
             raise LaunchError(f"kubernetes: {error}", job_name=name) from error
         image = profile.get("image") or conf.runner_image()
@@ -154,22 +180,34 @@ class KubernetesLauncher:
             core.replace_namespaced_secret(meta["name"], meta["namespace"], body)
 
     @staticmethod
-    def _create_job(batch: Any, errors: tuple[type[BaseException], ...], body: Any) -> str:
+    def _create_job(
+        batch: Any, errors: tuple[type[BaseException], ...], body: Any
+    ) -> tuple[str, str]:
+        """("launched" | "existing", the Job's uid)."""
+        meta = body["metadata"]
         try:
-            batch.create_namespaced_job(body["metadata"]["namespace"], body)
+            created = batch.create_namespaced_job(meta["namespace"], body)
         except errors as error:
             if getattr(error, "status", None) != 409:
                 raise
-            return "existing"  # idempotent by name: an earlier attempt created it
-        return "launched"
+            # Idempotent by name: an earlier attempt created it.
+            found = batch.read_namespaced_job(meta["name"], meta["namespace"])
+            return "existing", str(found.metadata.uid)
+        return "launched", str(created.metadata.uid)
 
     def abort(self, launched: Launched) -> None:
-        batch, _, errors = self._apis()
+        """Delete the Job (its pods go in the background) and its Secret, now."""
+        batch, core, errors = self._apis()
+        name, namespace = launched.job_name, launched.namespace
         try:
-            batch.delete_namespaced_job(
-                launched.job_name, launched.namespace, propagation_policy="Background"
-            )
+            batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
         except errors as error:
+            if getattr(error, "status", None) != 404:
+                raise LaunchError(f"kubernetes: {error}") from error
+        try:
+            core.delete_namespaced_secret(name, namespace)
+        except errors as error:
+            # 404: the collector was first. Otherwise it deletes the Secret with its Job.
             if getattr(error, "status", None) != 404:
                 raise LaunchError(f"kubernetes: {error}") from error
 
@@ -179,6 +217,15 @@ class KubernetesLauncher:
             status = batch.read_namespaced_job_status(job.job_name, job.namespace).status
         except errors as error:
             return JobState.MISSING if getattr(error, "status", None) == 404 else JobState.UNKNOWN
+        finished = {
+            condition.type
+            for condition in getattr(status, "conditions", None) or []
+            if condition.status == "True"
+        }
+        if "Failed" in finished:
+            return JobState.FAILED
+        if "Complete" in finished:
+            return JobState.SUCCEEDED
         if getattr(status, "active", None):
             return JobState.ACTIVE
         if getattr(status, "succeeded", None):

@@ -3,6 +3,7 @@ the launchers below stand in for the outside world (a process table, a cluster) 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,6 +24,16 @@ def make_dispatch_command(*, dispatch: dict[str, Any] | None = None, **spec: Any
     return create_command(
         run_id=run.id, type="turn", payload={"text": "go"}, dispatch=dispatch or {}
     ).command
+
+
+def launch_request(**overrides: Any) -> LaunchRequest:
+    """A launch request as the dispatch step builds one; `options` names the profile."""
+    base = LaunchRequest(
+        intent_id="rdi_1", run_id="run_01ABC", command_id="cmd_1", tenant_id="t",
+        backend_profile="codex", runner_job_id="rjob_01JD3KXYZ", runner_id="runner_01JD3KXYZ",
+        attempt_count=1, runner_key="ar_runner_secret", api_url="http://agentrun:8000",
+    )  # fmt: skip
+    return dataclasses.replace(base, **overrides)
 
 
 def set_capacity(profile: str, max_concurrent_runs: int) -> None:

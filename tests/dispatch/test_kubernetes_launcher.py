@@ -1,10 +1,10 @@
-"""The `kubernetes` launcher: the Job it builds, idempotency by job name, and (when a
-cluster is reachable) a real Job. Without the optional `kubernetes` package or a cluster
-the last test is skipped and says why."""
+"""The `kubernetes` launcher's manifests and its calls, against an in-memory stand-in.
+
+The same launcher against a real API server (launch, relaunch, abort, 200 launches, a
+failing Job retried by dispatch) is tests/kubernetes/test_launcher_on_a_real_api_server.py."""
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,26 +15,12 @@ from dispatch.launchers.kubernetes import (
     KubernetesLauncher,
     job_manifest,
     job_name,
-    load_clients,
 )
+from tests.dispatch.helpers import launch_request
 
 
 def _request(**overrides: Any) -> LaunchRequest:
-    values: dict[str, Any] = {
-        "intent_id": "rdi_1",
-        "run_id": "run_01ABC",
-        "command_id": "cmd_1",
-        "tenant_id": "t",
-        "backend_profile": "codex",
-        "runner_job_id": "rjob_01JD3KXYZ",
-        "runner_id": "runner_01JD3KXYZ",
-        "attempt_count": 1,
-        "runner_key": "ar_runner_secret",
-        "api_url": "http://agentrun:8000",
-        "options": {"launch_profile": "k8s"},  # image and account: the operator's profile
-    }
-    values.update(overrides)
-    return LaunchRequest(**values)
+    return launch_request(**{"options": {"launch_profile": "k8s"}, **overrides})
 
 
 @pytest.fixture(autouse=True)
@@ -45,10 +31,10 @@ def _launch_profiles(settings: Any) -> None:
             "image": "registry/runner:1",
             "service_account_name": "runner",
         },
-        "real": {
+        "sized": {
             "launcher": "kubernetes",
-            "image": "busybox",
-            "namespace": os.environ.get("AGENTRUN_TEST_KUBERNETES_NAMESPACE", "default"),
+            "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+            "ttl_seconds_after_finished": 60,
         },
     }
 
@@ -66,11 +52,18 @@ class FakeCluster:
         self.jobs: dict[tuple[str, str], Any] = {}
         self.secrets: dict[tuple[str, str], Any] = {}
 
-    def create_namespaced_job(self, namespace: str, body: Any) -> None:
+    def create_namespaced_job(self, namespace: str, body: Any) -> Any:
         self._create(self.jobs, namespace, body)
+        return self.read_namespaced_job(body["metadata"]["name"], namespace)
+
+    def read_namespaced_job(self, name: str, namespace: str) -> Any:
+        return SimpleNamespace(metadata=SimpleNamespace(uid=f"uid-{namespace}-{name}"))
 
     def create_namespaced_secret(self, namespace: str, body: Any) -> None:
         self._create(self.secrets, namespace, body)
+
+    def delete_namespaced_secret(self, name: str, namespace: str) -> None:
+        self.secrets.pop((namespace, name), None)
 
     def replace_namespaced_secret(self, name: str, namespace: str, body: Any) -> None:
         self.secrets[(namespace, name)] = body
@@ -78,7 +71,8 @@ class FakeCluster:
     def read_namespaced_job_status(self, name: str, namespace: str) -> Any:
         if (namespace, name) not in self.jobs:
             raise ApiError(404)
-        return SimpleNamespace(status=SimpleNamespace(active=None, succeeded=None, failed=1))
+        status = SimpleNamespace(active=None, succeeded=None, failed=1, conditions=None)
+        return SimpleNamespace(status=status)
 
     def delete_namespaced_job(self, name: str, namespace: str, **_: Any) -> None:
         self.jobs.pop((namespace, name), None)
@@ -124,28 +118,37 @@ def test_a_second_launch_of_the_same_runner_job_finds_the_existing_job() -> None
     assert launcher.observe(job) == "missing"  # type: ignore[arg-type]
 
 
-def test_a_real_cluster_job_is_created_idempotently() -> None:
-    try:
-        import kubernetes  # noqa: F401
-    except ImportError:
-        _skip("the optional `kubernetes` package is not installed")
-    try:
-        clients = load_clients()
-        clients[1].list_namespace(limit=1, _request_timeout=3)
-    except Exception as error:  # any failure to reach it means "no cluster"
-        _skip(f"no Kubernetes cluster is reachable ({error})")
-    namespace = os.environ.get("AGENTRUN_TEST_KUBERNETES_NAMESPACE", "default")
-    launcher = KubernetesLauncher(clients=clients)
-    request = _request(options={"launch_profile": "real"})
-    assert request.profile["namespace"] == namespace
-    first = launcher.launch(request)
-    try:
-        assert launcher.launch(request).outcome == "existing"
-        assert first.outcome == "launched"
-    finally:
-        launcher.abort(first)
+def test_the_secret_is_owned_by_its_job_and_abort_deletes_both() -> None:
+    cluster = FakeCluster()
+    launched = KubernetesLauncher(clients=(cluster, cluster, (ApiError,))).launch(_request())
+    secret = cluster.secrets[("agentrun", launched.job_name)]
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert owner == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": launched.job_name,
+        "uid": f"uid-agentrun-{launched.job_name}",
+    }
+    KubernetesLauncher(clients=(cluster, cluster, (ApiError,))).abort(launched)
+    assert cluster.jobs == {} and cluster.secrets == {}
 
 
-def _skip(reason: str) -> None:
-    print(f"\nskipping the real Kubernetes test: {reason}")
-    pytest.skip(reason)
+def test_resources_and_ttl_come_from_the_profile_and_the_pod_gets_no_extra_environment() -> None:
+    manifest = job_manifest(_request(options={"launch_profile": "sized"}), name="j", namespace="n")
+    assert manifest["spec"]["ttlSecondsAfterFinished"] == 60
+    pod = manifest["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"] == {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}
+    # No Service host/port variables, no API token: the runner needs only its ids and key.
+    assert pod["enableServiceLinks"] is False and pod["automountServiceAccountToken"] is False
+    assert {item["name"] for item in container["env"]} == {
+        "AGENTRUN_API_URL",
+        "AGENTRUN_RUN_ID",
+        "AGENTRUN_COMMAND_ID",
+        "AGENTRUN_RUNNER_ID",
+        "AGENTRUN_RUNNER_JOB_ID",
+        "AGENTRUN_RUNNER_KEY",
+    }
+    default = job_manifest(_request(), name="j", namespace="n")
+    assert default["spec"]["ttlSecondsAfterFinished"] == 3600  # AGENTRUN_KUBERNETES_JOB_TTL_S
+    assert "resources" not in default["spec"]["template"]["spec"]["containers"][0]

@@ -1,9 +1,9 @@
 """Routes of the runs API under /api/v1 (SPEC §3)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 from rest_framework.routers import SimpleRouter
 
-from runs.api import views
+from runs.api import approvals, views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("runs", views.RunViewSet, basename="run")
@@ -19,4 +19,9 @@ urlpatterns = [
     if isinstance(p, URLPattern) and p.name == "run-events"
     else p
     for p in router.urls
+]
+
+urlpatterns += [
+    path("runs/<str:run_id>/approvals", approvals.RunApprovalsView.as_view()),
+    path("runs/<str:run_id>/approvals/<str:approval_id>", approvals.ApprovalView.as_view()),
 ]

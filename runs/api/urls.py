@@ -3,7 +3,7 @@
 from django.urls import URLPattern, path
 from rest_framework.routers import SimpleRouter
 
-from runs.api import approvals, views
+from runs.api import approvals, usage, views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("runs", views.RunViewSet, basename="run")
@@ -24,4 +24,7 @@ urlpatterns = [
 urlpatterns += [
     path("runs/<str:run_id>/approvals", approvals.RunApprovalsView.as_view()),
     path("runs/<str:run_id>/approvals/<str:approval_id>", approvals.ApprovalView.as_view()),
+    path("runs/<str:run_id>/usage", usage.RunUsageView.as_view()),
+    path("usage", usage.TenantUsageView.as_view()),
+    path("quotas/<str:tenant_id>", usage.QuotaView.as_view()),
 ]

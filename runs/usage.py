@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import BigIntegerField, Count, Min, QuerySet, Sum, Value
+from django.db.models import BigIntegerField, Count, Min, QuerySet, Sum, TextField, Value
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -46,15 +46,20 @@ def usage_of(events: QuerySet[Event]) -> dict[str, Any]:
     """The totals and per-model sums of the `token_usage` events among `events`."""
     rows = (
         events.filter(type="token_usage")
-        .annotate(model=Coalesce(KeyTextTransform("model", "payload"), Value(UNKNOWN_MODEL)))
+        .annotate(
+            usage_model=Coalesce(
+                KeyTextTransform("model", "payload"), Value(UNKNOWN_MODEL), output_field=TextField()
+            )
+        )
         .order_by()
-        .values("model")
+        .values("usage_model")
         .annotate(events=Count("id"), **{name: _sum(key) for name, key in USAGE_FIELDS.items()})
     )
     by_model: dict[str, dict[str, int]] = {}
     for row in rows:
         found: dict[str, Any] = dict(row)
-        by_model[str(found.pop("model"))] = {name: int(value) for name, value in found.items()}
+        model = str(found.pop("usage_model"))
+        by_model[model] = {name: int(value) for name, value in found.items()}
     by_model = dict(sorted(by_model.items()))
     totals = {name: sum(m[name] for m in by_model.values()) for name in ["events", *USAGE_FIELDS]}
     return {**totals, "by_model": by_model}

@@ -175,7 +175,7 @@ class Run(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(null=True, blank=True)
     # Approvals waiting for a person (runs.services.approvals keeps it under the run lock).
-    pending_approvals = models.IntegerField(default=0)
+    pending_approvals = models.IntegerField(default=0, db_default=0)
 
     class Meta:
         db_table = "agentrun_runs"

@@ -98,15 +98,19 @@ class RunApprovalsView(APIView):
         role = IsRunnerOrOperator if self.request.method == "POST" else IsAuthenticatedKey
         return [IsAuthenticatedKey(), role()]
 
-    @extend_schema(responses=items_of(ApprovalOut))
-    def get(self, request: Request, run_id: str) -> Response:
-        items = selectors.approvals_of(run=_run(request, run_id))
+    @extend_schema(operation_id="v1_runs_approvals_list", responses=items_of(ApprovalOut))
+    def get(self, request: Request, pk: str) -> Response:
+        items = selectors.approvals_of(run=_run(request, pk))
         return Response({"items": ApprovalOut(items, many=True).data})
 
-    @extend_schema(request=ApprovalRequestIn, responses={201: ApprovalOut, 200: ApprovalOut})
-    def post(self, request: Request, run_id: str) -> Response:
-        validate_path_id(run_id)
-        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=run_id)
+    @extend_schema(
+        operation_id="v1_runs_approvals_request",
+        request=ApprovalRequestIn,
+        responses={201: ApprovalOut, 200: ApprovalOut},
+    )
+    def post(self, request: Request, pk: str) -> Response:
+        validate_path_id(pk)
+        run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
         body = api.body(ApprovalRequestIn, request)
         result = approvals.request_approval(run_id=run_id, **body.fence(), request=body.request())
         return api.created_or_replayed(result.approval, ApprovalOut, result.changed)
@@ -118,15 +122,17 @@ class ApprovalView(APIView):
         return [IsAuthenticatedKey(), role()]
 
     @extend_schema(responses=ApprovalOut)
-    def get(self, request: Request, run_id: str, approval_id: str) -> Response:
+    def get(self, request: Request, pk: str, approval_id: str) -> Response:
         validate_path_id(approval_id, field="approval_id")
-        approval = selectors.approval_of(run=_run(request, run_id), approval_id=approval_id)
+        approval = selectors.approval_of(run=_run(request, pk), approval_id=approval_id)
         return Response(ApprovalOut(approval).data)
 
-    @extend_schema(request=ApprovalAnswerIn, responses=ApprovalOut)
-    def post(self, request: Request, run_id: str, approval_id: str) -> Response:
+    @extend_schema(
+        operation_id="v1_runs_approvals_answer", request=ApprovalAnswerIn, responses=ApprovalOut
+    )
+    def post(self, request: Request, pk: str, approval_id: str) -> Response:
         validate_path_id(approval_id, field="approval_id")
-        run = _run(request, run_id)
+        run = _run(request, pk)
         data = api.body(ApprovalAnswerIn, request).validated_data
         result = approvals.answer_approval(
             run_id=run.id,

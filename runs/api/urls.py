@@ -22,9 +22,9 @@ urlpatterns = [
 ]
 
 urlpatterns += [
-    path("runs/<str:run_id>/approvals", approvals.RunApprovalsView.as_view()),
-    path("runs/<str:run_id>/approvals/<str:approval_id>", approvals.ApprovalView.as_view()),
-    path("runs/<str:run_id>/usage", usage.RunUsageView.as_view()),
+    path("runs/<str:pk>/approvals", approvals.RunApprovalsView.as_view()),
+    path("runs/<str:pk>/approvals/<str:approval_id>", approvals.ApprovalView.as_view()),
+    path("runs/<str:pk>/usage", usage.RunUsageView.as_view()),
     path("usage", usage.TenantUsageView.as_view()),
     path("quotas/<str:tenant_id>", usage.QuotaView.as_view()),
 ]

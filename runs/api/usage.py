@@ -64,9 +64,9 @@ class RunUsageView(APIView):
     permission_classes = [IsAuthenticatedKey]
 
     @extend_schema(responses=RunUsageOut)
-    def get(self, request: Request, run_id: str) -> Response:
-        validate_path_id(run_id)
-        run = selectors.get_run_for(scope=api.request_scope(request), run_id=run_id)
+    def get(self, request: Request, pk: str) -> Response:
+        validate_path_id(pk)
+        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         return Response(RunUsageOut(usage.run_usage(run=run)).data)
 
 

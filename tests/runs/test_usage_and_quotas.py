@@ -233,3 +233,32 @@ def test_sessions_show_and_filter_what_needs_action() -> None:
         .json()["items"]
         == []
     )
+
+
+def _run_body(profile: str, approval_policy: str) -> dict[str, Any]:
+    return {
+        "project_id": "p",
+        "workspace_ref": {"path": "/w"},
+        "provider_id": "openai",
+        "backend_profile": profile,
+        "execution_policy": {"approval_policy": approval_policy},
+    }
+
+
+@pytest.mark.parametrize("policy", ["auto", "deny", "ask"])
+def test_agentruns_approval_policies_and_the_operators_ceiling_for_ask(policy: str) -> None:
+    """`auto` and `deny` are open to clients; `ask` lets a tenant's person approve an
+    escalation, so on a real backend the operator must list it in the profile's ceiling
+    (the scripted backend runs nothing on the host and allows it)."""
+    client = key_client(role="client")
+    assert (
+        client.post(f"{API}/runs", _run_body("scripted", policy), format="json").status_code == 201
+    )
+    codex = client.post(f"{API}/runs", _run_body("codex", policy), format="json")
+    assert codex.status_code == (400 if policy == "ask" else 201), codex.json()
+    from runs.models import Backend
+
+    Backend.objects.filter(profile="codex").update(
+        policy_ceiling={"approval_policy": ["auto", "ask", "deny"]}
+    )
+    assert client.post(f"{API}/runs", _run_body("codex", policy), format="json").status_code == 201

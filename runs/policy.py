@@ -78,7 +78,7 @@ def _timeout(value: Any) -> str | None:
     return f"must be a number of seconds from 1 to {MAX_TURN_TIMEOUT_S}"
 
 
-def _budget(value: Any) -> str | None:
+def budget_error(value: Any) -> str | None:
     """`{"max_total_tokens": N}`, N a positive integer (SPEC §9.4)."""
     tokens = value.get("max_total_tokens") if isinstance(value, dict) else None
     ok = isinstance(value, dict) and set(value) == {"max_total_tokens"}
@@ -99,7 +99,7 @@ _COMMON: dict[str, Check] = {
     "approval_policy": _approval_policy,
     "approvals": _one_of(APPROVAL_ANSWERS),
     "turn_timeout_s": _timeout,
-    "budget": _budget,
+    "budget": budget_error,
 }
 ALLOWED_KEYS: dict[str, dict[str, Check]] = {
     CODEX_PROTOCOL: {

@@ -8,7 +8,7 @@ that walking `version > cursor` never skips a change committed late.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import transaction
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
@@ -19,6 +19,7 @@ from agentrun.errors import not_found
 from agentrun.tenancy import Scope
 from runs.control_models import Approval, ApprovalState
 from runs.models import Event, Run
+from runs.services.lifecycle import RunSpec
 from sessions.models import ExecutionState, Session, SessionReadCursor
 from sessions.versions import settle_feed
 
@@ -104,6 +105,18 @@ def list_sessions(
 def session_summary(*, session: Session, reader_id: str | None) -> Session:
     """The session with `read_version` for `reader_id`, so `is_unread` can answer."""
     return with_read_version(Session.objects.filter(pk=session.pk), reader_id).get()
+
+
+def with_session_budget(*, spec: RunSpec, scope: Scope, session_id: str) -> RunSpec:
+    """A turn's run spec with the session's default budget (`metadata.budget`) when the
+    turn names none; a new or unseen session has none."""
+    if "budget" in spec.execution_policy:
+        return spec
+    session = sessions_for(scope=scope).filter(pk=session_id).only("metadata").first()
+    budget = (session.metadata or {}).get("budget") if session is not None else None
+    if not budget:
+        return spec
+    return replace(spec, execution_policy={**spec.execution_policy, "budget": budget})
 
 
 def session_runs(*, session: Session) -> QuerySet[Run]:

@@ -16,7 +16,7 @@ from agentrun.validation import (
 from runs.api.outputs import CancelRequestOut, CommandOut, EventOut, RunOut
 from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, DispatchField, WorkspaceRefIn
 from runs.control_models import Approval, ApprovalState
-from runs.policy import check_execution_policy
+from runs.policy import budget_error, check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
 from sessions.selectors import SESSION_STATES
@@ -111,6 +111,12 @@ class SessionUpsertIn(StrictSerializer):
     metadata = BoundedJSONObjectField(max_bytes=REF_MAX, required=False, default=dict)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     codex_rollout_subdir = serializers.CharField(max_length=200, required=False, default="sessions")
+
+    def validate_metadata(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """`metadata.budget` is the session's default budget for its turns (SPEC §9.4)."""
+        if "budget" in metadata and (problem := budget_error(metadata["budget"])):
+            raise serializers.ValidationError({"budget": [problem]})
+        return metadata
 
     def fields_value(self) -> SessionFields:
         data = {k: v for k, v in self.validated_data.items() if k != "tenant_id"}

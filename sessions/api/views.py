@@ -84,7 +84,9 @@ class SessionViewSet(api.ObjectViewSet):
             request=TurnRequest(
                 session_id=pk,
                 tenant_id=tenant_id,
-                spec=body.spec(pk),
+                spec=selectors.with_session_budget(
+                    spec=body.spec(pk), scope=api.request_scope(request), session_id=pk
+                ),
                 payload=data["command"]["payload"],
                 run_id=data["run"].get("id"),
                 idempotency_key=data["command"].get("idempotency_key"),

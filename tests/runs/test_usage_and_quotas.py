@@ -262,3 +262,20 @@ def test_agentruns_approval_policies_and_the_operators_ceiling_for_ask(policy: s
         policy_ceiling={"approval_policy": ["auto", "ask", "deny"]}
     )
     assert client.post(f"{API}/runs", _run_body("codex", policy), format="json").status_code == 201
+
+
+def test_a_session_carries_a_default_budget_for_its_turns() -> None:
+    client = key_client(role="client")
+    session = {"project_id": "proj-1", "backend_profile": "scripted"}
+    bad = {**session, "metadata": {"budget": {"max_total_tokens": -1}}}
+    assert client.put(f"{API}/sessions/s-budget", bad, format="json").status_code == 400
+    good = {**session, "metadata": {"budget": {"max_total_tokens": 50}}}
+    assert client.put(f"{API}/sessions/s-budget", good, format="json").status_code == 200
+    first = client.post(f"{API}/sessions/s-budget/turns", turn_body("hi"), format="json").json()
+    assert first["run"]["execution_policy"]["budget"] == {"max_total_tokens": 50}
+    Run.objects.filter(pk=first["run"]["id"]).update(status="completed")
+    own = turn_body("again", idempotency_key="k2")
+    own["run"]["execution_policy"] = {"budget": {"max_total_tokens": 7}}
+    Run.objects.update(status="completed")
+    second = client.post(f"{API}/sessions/s-budget/turns", own, format="json")
+    assert second.json()["run"]["execution_policy"]["budget"] == {"max_total_tokens": 7}

@@ -41,6 +41,10 @@ def _pending(run: Run) -> Approval | None:
     return Approval.objects.filter(run=run, state="pending").first()
 
 
+def _phase_seen(run: Run, phase: str) -> bool:
+    return Event.objects.filter(run=run, type="backend_status", payload__phase=phase).exists()
+
+
 def _tool_outputs(run: Run) -> list[str]:
     events = Event.objects.filter(run=run, type="tool_output").order_by("seq")
     return [e.payload["output"] for e in events]
@@ -61,6 +65,10 @@ def test_a_person_answers_over_http_and_the_turn_goes_on(live_server: Any, decis
         format="json",
     )
     assert answered.status_code == 200
+    answered_at = time.monotonic()
+    _wait_for(lambda: _phase_seen(run, "approval-answered"))
+    # Reported, not asserted: the runner polls every 0.25 s and posts events every 0.15 s.
+    print(f"the runner answered the backend {time.monotonic() - answered_at:.2f}s after the person")
     out, _ = runner.communicate(timeout=60)
     assert runner.returncode == 0, out
     assert Command.objects.get(pk=turn.pk).state == "completed"

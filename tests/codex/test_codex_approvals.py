@@ -10,8 +10,6 @@ when codex asks the same thing again — one approval, never a second request.
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,21 +20,11 @@ from runs.models import Backend, Command, Event, Run
 from runs.services.command_lifecycle import create_command
 from tests.builders import key_client, make_run
 from tests.codex.conftest import Harness, mock_policy
-from tests.runner.helpers import start_runner
+from tests.runner.helpers import start_runner, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 API = "/api/v1"
 ESCALATE = "escalate: touch escalated.txt"
-
-
-def _wait_for(condition: Callable[[], Any], timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def _asking_codex_run(codex: Harness) -> tuple[Run, Command]:
@@ -70,7 +58,7 @@ def _of(run: Run, type: str) -> list[dict[str, Any]]:
 def test_a_person_decides_what_codex_asked(live_server: Any, codex: Harness, decision: str) -> None:
     run, turn = _asking_codex_run(codex)
     runner = start_runner(api_url=live_server.url, run_id=run.id, lease_ms=10_000)
-    approval = _wait_for(lambda: _pending(run))
+    approval = wait_for(lambda: _pending(run))
     assert approval.kind == "command" and "touch escalated.txt" in approval.summary
     assert approval.details["reason"] == "mock wants to run outside the sandbox"
     assert not (codex.workspace / "escalated.txt").exists()  # codex waits for the answer
@@ -97,12 +85,12 @@ def test_an_approval_pending_when_the_runner_dies_is_answered_once(
     monkeypatch.setenv("AGENTRUN_CODEX_HOME", str(codex.tmp / "codex-home"))
     run, turn = _asking_codex_run(codex)
     first = start_runner(api_url=live_server.url, run_id=run.id, lease_ms=2000)
-    approval = _wait_for(lambda: _pending(run))
+    approval = wait_for(lambda: _pending(run))
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=30)
     assert Approval.objects.get(pk=approval.id).state == "pending"  # it survives its runner
     _answer(run, approval, "approve")
-    _wait_for(lambda: Run.objects.get(pk=run.pk).lease_expired(timezone.now()))
+    wait_for(lambda: Run.objects.get(pk=run.pk).lease_expired(timezone.now()))
     second = start_runner(api_url=live_server.url, run_id=run.id, lease_ms=10_000)
     out, _ = second.communicate(timeout=90)
     assert second.returncode == 0, out

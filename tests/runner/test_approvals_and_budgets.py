@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,20 +14,10 @@ from runs.control_models import Approval
 from runs.models import Command, Event, Run
 from runs.services.command_lifecycle import create_command
 from tests.builders import key_client, make_run
-from tests.runner.helpers import start_runner
+from tests.runner.helpers import start_runner, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 API = "/api/v1"
-
-
-def _wait_for(condition: Callable[[], Any], timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def _asking_turn(policy: dict[str, Any]) -> tuple[Run, Command]:
@@ -54,7 +43,7 @@ def _tool_outputs(run: Run) -> list[str]:
 def test_a_person_answers_over_http_and_the_turn_goes_on(live_server: Any, decision: str) -> None:
     run, turn = _asking_turn({"approval_policy": "ask"})
     runner = start_runner(api_url=live_server.url, run_id=run.id)
-    approval = _wait_for(lambda: _pending(run))
+    approval = wait_for(lambda: _pending(run))
     assert (approval.kind, approval.summary) == ("command", "run: touch built.txt")
     client = key_client(role="client")
     shown = client.get(f"{API}/runs/{run.id}").json()
@@ -66,7 +55,7 @@ def test_a_person_answers_over_http_and_the_turn_goes_on(live_server: Any, decis
     )
     assert answered.status_code == 200
     answered_at = time.monotonic()
-    _wait_for(lambda: _phase_seen(run, "approval-answered"))
+    wait_for(lambda: _phase_seen(run, "approval-answered"))
     # Reported, not asserted: the runner polls every 0.25 s and posts events every 0.15 s.
     print(f"the runner answered the backend {time.monotonic() - answered_at:.2f}s after the person")
     out, _ = runner.communicate(timeout=60)
@@ -94,13 +83,13 @@ def test_a_pending_approval_survives_its_runner(live_server: Any) -> None:
     asks the same thing and gets the recorded decision: one approval, one answer."""
     run, turn = _asking_turn({"approval_policy": "ask"})
     first = start_runner(api_url=live_server.url, run_id=run.id, lease_ms=2000)
-    approval = _wait_for(lambda: _pending(run))
+    approval = wait_for(lambda: _pending(run))
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=30)
     client = key_client(role="client")
     url = f"{API}/runs/{run.id}/approvals/{approval.id}"
     assert client.post(url, {"decision": "approve"}, format="json").status_code == 200
-    _wait_for(lambda: Run.objects.get(pk=run.pk).lease_expired(timezone.now()))
+    wait_for(lambda: Run.objects.get(pk=run.pk).lease_expired(timezone.now()))
     second = start_runner(api_url=live_server.url, run_id=run.id, lease_ms=2000)
     out, _ = second.communicate(timeout=60)
     assert second.returncode == 0, out

@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentrun import api
+from agentrun import api, conf
 from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOperator, request_key
 from agentrun.schema import items_of
 from agentrun.validation import (
@@ -37,7 +37,6 @@ from runs.control_models import Approval, ApprovalKind
 from runs.services import approvals
 
 MAX_TTL_S = 7 * 24 * 3600
-DEFAULT_TTL_S = 3600
 
 
 class ApprovalOut(serializers.ModelSerializer[Approval]):
@@ -67,7 +66,8 @@ class ApprovalRequestIn(RunnerWriteIn):
     kind = serializers.ChoiceField(choices=ApprovalKind.choices)
     summary = serializers.CharField(max_length=4 * KIB)
     details = BoundedJSONObjectField(max_bytes=64 * KIB, required=False, default=dict)
-    ttl_s = serializers.IntegerField(min_value=1, max_value=MAX_TTL_S, default=DEFAULT_TTL_S)
+    # Read per request (a callable default), so the deployment's setting applies.
+    ttl_s = serializers.IntegerField(min_value=1, max_value=MAX_TTL_S, default=conf.approval_ttl_s)
 
     def request(self) -> approvals.ApprovalRequest:
         data = self.validated_data

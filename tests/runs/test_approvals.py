@@ -225,3 +225,18 @@ def test_an_answer_races_a_cancel() -> None:
             assert isinstance(answered, AgentRunError) and answered.code == "approval_decided"
         assert Event.objects.filter(run=run, type="approval_resolved").count() == 1
         assert Run.objects.get(pk=run.id).status == "cancelled"
+
+
+@pytest.mark.django_db
+def test_an_approval_waits_as_long_as_the_deployment_says(settings: Any) -> None:
+    settings.AGENTRUN_APPROVAL_TTL_S = 120
+    run = make_run()
+    command = create_command(run_id=run.id, type="turn", payload={"text": "hi"}).command
+    run = claim_run(run_id=run.id, runner_id="r1", lease_ms=60_000)
+    body = {"runner_id": "r1", "lease_epoch": run.lease_epoch, "command_id": command.id,
+            "request_key": "k", "kind": "other", "summary": "s"}  # fmt: skip
+    runner = key_client(role="runner", run_id=run.id)
+    created = runner.post(f"{API}/runs/{run.id}/approvals", body, format="json")
+    approval = Approval.objects.get(pk=created.json()["id"])
+    waits = (approval.expires_at - approval.created_at).total_seconds()
+    assert 119 <= waits <= 121

@@ -92,6 +92,8 @@ kubernetes_job_ttl_s = Setting("AGENTRUN_KUBERNETES_JOB_TTL_S", int)
 maintenance_batch_size = Setting("AGENTRUN_MAINTENANCE_BATCH_SIZE", int)
 lease_reap_grace_ms = Setting("AGENTRUN_LEASE_REAP_GRACE_MS", int)
 reconcile_grace_ms = Setting("AGENTRUN_RECONCILE_GRACE_MS", int)
+# How long an approval waits for a person when the runner names no `ttl_s`.
+approval_ttl_s = Setting("AGENTRUN_APPROVAL_TTL_S", int)
 
 
 # The work queue.

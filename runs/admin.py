@@ -31,6 +31,7 @@ from agentrun.admin_console import (
     short_json,
 )
 from queues.projection import task_id_of
+from runs.control_models import Approval, TenantQuota
 from runs.models import (
     CANCEL_MARK_FIELDS,
     RUN_OUTCOME_FIELDS,
@@ -274,3 +275,23 @@ class CancelRequestAdmin(RunLinkColumn, BigTableAdmin):
     list_filter = ["target_kind", "stage", "created_at"]
     search_fields = ["=id", "=target_id", "=run__id"]
     ordering = ["-created_at"]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(RunLinkColumn, BigTableAdmin):
+    """Read-only: a person answers through the API (`POST /runs/{id}/approvals/{id}`),
+    which records who decided; expiry and cancel resolve the rest."""
+
+    list_display = ["id", "run_link", "kind", "state", "summary", "expires_at", "created_at"]
+    list_filter = ["state", "kind", "created_at"]
+    search_fields = ["=id", "=run__id", "=session_id", "=tenant_id"]
+    ordering = ["-created_at"]
+
+
+@admin.register(TenantQuota)
+class TenantQuotaAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Operator-set, so editable here as through `PUT /api/v1/quotas/{tenant_id}`."""
+
+    list_display = ["tenant_id", "max_tokens_per_day", "updated_at"]
+    search_fields = ["=tenant_id"]
+    ordering = ["tenant_id"]

@@ -1,9 +1,9 @@
 """Routes of the runs API under /api/v1 (SPEC §3)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 from rest_framework.routers import SimpleRouter
 
-from runs.api import views
+from runs.api import approvals, usage, views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("runs", views.RunViewSet, basename="run")
@@ -19,4 +19,12 @@ urlpatterns = [
     if isinstance(p, URLPattern) and p.name == "run-events"
     else p
     for p in router.urls
+]
+
+urlpatterns += [
+    path("runs/<str:pk>/approvals", approvals.RunApprovalsView.as_view()),
+    path("runs/<str:pk>/approvals/<str:approval_id>", approvals.ApprovalView.as_view()),
+    path("runs/<str:pk>/usage", usage.RunUsageView.as_view()),
+    path("usage", usage.TenantUsageView.as_view()),
+    path("quotas/<str:tenant_id>", usage.QuotaView.as_view()),
 ]

@@ -15,7 +15,8 @@ from agentrun.validation import (
 )
 from runs.api.outputs import CancelRequestOut, CommandOut, EventOut, RunOut
 from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, DispatchField, WorkspaceRefField
-from runs.policy import check_execution_policy
+from runs.control_models import Approval, ApprovalState
+from runs.policy import budget_error, check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
 from sessions.selectors import SESSION_STATE_ALIASES, SESSION_STATES
@@ -102,6 +103,12 @@ class SessionUpsertIn(StrictSerializer):
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     codex_rollout_subdir = serializers.CharField(max_length=200, required=False, default="sessions")
 
+    def validate_metadata(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """`metadata.budget` is the session's default budget for its turns (SPEC §9.4)."""
+        if "budget" in metadata and (problem := budget_error(metadata["budget"])):
+            raise serializers.ValidationError({"budget": [problem]})
+        return metadata
+
     def fields_value(self) -> SessionFields:
         data = {k: v for k, v in self.validated_data.items() if k != "tenant_id"}
         return SessionFields(**data)
@@ -161,9 +168,24 @@ class StorageIn(StrictSerializer):
 
 
 class SessionOut(UnreadOut, serializers.ModelSerializer[Session]):
+    # Approvals of the session's runs waiting for a person (SPEC §9.3).
+    pending_approvals = serializers.SerializerMethodField()
+    requires_action = serializers.SerializerMethodField()
+
     class Meta:
         model = Session
         exclude: list[str] = []
+
+    def get_pending_approvals(self, session: Session) -> int:
+        found = getattr(session, "pending_approvals", None)
+        if found is None:  # a row written and returned by a service, not a selector's
+            found = Approval.objects.filter(
+                session_id=session.session_id, state=ApprovalState.PENDING
+            ).count()
+        return int(found)
+
+    def get_requires_action(self, session: Session) -> bool:
+        return self.get_pending_approvals(session) > 0
 
 
 class SessionListFiltersOut(serializers.Serializer[Any]):

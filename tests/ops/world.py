@@ -22,9 +22,11 @@ from outbox.models import KafkaEventOutbox
 from outbox.services.relay import claim_outbox_records, settle_outbox_records
 from queues.models import QueueTask
 from runs.models import Command, Run
+from runs.services.approvals import ApprovalRequest, request_approval
 from runs.services.cancellation import cancel_run
 from runs.services.event_log import NewEvent, append_runner_events
 from runs.services.lifecycle import claim_run
+from runs.services.quotas import set_tenant_quota
 from runs.services.runners import register_runner
 from sessions.models import Session
 from tests.builders import make_run
@@ -67,6 +69,11 @@ def build_world() -> World:
         scope=Scope.operator(), runner_id=RUNNER, run_id=claimed.id, backend_profile="scripted"
     )
     append_logs(claimed, 3)
+    asked = ApprovalRequest(turn.command.id, "world", "command", "run: make", {}, 3600)
+    request_approval(
+        run_id=claimed.id, runner_id=RUNNER, lease_epoch=claimed.lease_epoch, request=asked
+    )
+    set_tenant_quota(tenant_id="tenant-a", max_tokens_per_day=1_000_000)
     dispatched, retrying, pending = _intents()
     running_task = file_task(title="fix the flaky test", priority=5)
     pending_task = file_task(title="write the changelog")

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agentrun.auth import issue_api_key
 
@@ -35,3 +38,14 @@ def start_runner(
         text=True,
         cwd=ROOT,
     )
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float = 60) -> Any:
+    """Poll `condition` until it returns something truthy (returned), or fail at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")

@@ -12,7 +12,15 @@ from tests.builders import api_client, key_client
 from tests.security.world import MISSING, World, call, make_world, operations
 
 pytestmark = pytest.mark.django_db
-OPERATOR_ONLY = {("GET", "/dispatch/status"), ("GET", "/outbox/status")}
+OPERATOR_ONLY = {
+    ("GET", "/dispatch/status"),
+    ("GET", "/outbox/status"),
+    # Usage across tenants and the tenant quotas an operator sets (SPEC §9.4).
+    ("GET", "/usage"),
+    ("GET", "/quotas/{tenant_id}"),
+    ("PUT", "/quotas/{tenant_id}"),
+    ("DELETE", "/quotas/{tenant_id}"),
+}
 # Session ids are chosen by clients and global (the seed's primary key): a PUT or a turn on
 # a free id creates the session, on another tenant's id it is a 404. See README.md.
 CREATES_ON_MISSING = {("PUT", "/sessions/{id}"), ("POST", "/sessions/{id}/turns")}
@@ -31,6 +39,10 @@ BODIES: dict[tuple[str, str], dict[str, object]] = {
         "command_id": "cmd_x", "attempt_id": "a", "runner_id": "r", "namespace": "n",
         "job_name": "j", "manager_url": "http://127.0.0.1", "image": "i", "source_commit": "c",
     },
+    ("POST", "/runs/{id}/approvals"): {
+        **FENCE, "command_id": "cmd_x", "request_key": "k", "kind": "command", "summary": "s",
+    },
+    ("POST", "/runs/{id}/approvals/{approval_id}"): {"decision": "approve"},
     ("POST", "/commands/{id}/ack"): FENCE,
     ("POST", "/commands/{id}/finish"): {**FENCE, "terminal_status": "completed"},
     ("POST", "/commands/{id}/cancel"): {"reason": "x"},
@@ -154,7 +166,7 @@ def test_a_runner_key_reaches_its_own_run_only(world_a: World) -> None:
     assert _state() == before
 
 
-def test_the_operator_only_routes_are_the_status_routes(world_a: World) -> None:
+def test_the_operator_only_routes_are_the_status_usage_and_quota_routes(world_a: World) -> None:
     operator = key_client(role="operator", tenant_id="ops")
     others = [
         key_client(role="client", tenant_id="tenant-a"),
@@ -181,7 +193,10 @@ def test_operator_only_routes_refuse_clients_and_runners(
         client = key_client(role=role, tenant_id="tenant-a", run_id=run_id)
         assert call(client, method, template).json()["error"]["code"] == "forbidden"
     operator = key_client(role="operator", tenant_id="ops")
-    assert call(operator, method, template).status_code == 200
+    answer = call(operator, method, template).status_code
+    # Through the role gate: the status routes answer 200; a quota of a tenant that has
+    # none is a 404, and a PUT without a body a 400.
+    assert answer == 200 if "quotas" not in template else answer in (400, 404)
 
 
 def test_sessions_and_queue_are_closed_to_runner_keys(world_a: World) -> None:

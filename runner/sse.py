@@ -65,7 +65,7 @@ def open_stream(
 def messages(response: http.client.HTTPResponse) -> Iterator[Message | None]:
     """The messages of a stream until the server ends it; `None` for a comment line."""
     event_id: str | None = None
-    event, data = "", []
+    event, data = "", list[str]()
     while True:
         raw = response.readline()
         if not raw:

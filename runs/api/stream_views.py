@@ -10,7 +10,7 @@ event loop (runs/streams.py: no thread, no connection while waiting).
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -18,7 +18,8 @@ from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -75,17 +76,18 @@ def sse_route(drf_view: Callable[..., Any]) -> Callable[..., Any]:
     return view
 
 
-class StreamNegotiation(BaseContentNegotiation):
+class StreamNegotiation(DefaultContentNegotiation):
     """A stream route answers SSE or a JSON error whatever `Accept` says (EventSource sends
     `text/event-stream`, which no DRF renderer offers): the placeholder and errors are JSON."""
 
-    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
-        return parsers[0] if parsers else None
-
     def select_renderer(
-        self, request: Request, renderers: list[Any], format_suffix: str | None = None
-    ) -> tuple[Any, str]:
-        return renderers[0], renderers[0].media_type
+        self,
+        request: Request,
+        renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
+    ) -> tuple[BaseRenderer, str]:
+        renderer = next(iter(renderers))
+        return renderer, str(renderer.media_type)
 
 
 class RunStreamQuery(StrictSerializer):

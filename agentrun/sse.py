@@ -10,6 +10,10 @@ the server has written the previous chunk, so a slow reader costs at most one pa
 transport's write buffer (uvicorn pauses a send at its high-water mark). A reader that takes
 no bytes for `AGENTRUN_STREAM_SEND_TIMEOUT_S` is disconnected with a log line: the watchdog
 cancels the request's task, which the ASGI server answers by closing the connection.
+
+A graceful stop of the server would otherwise wait its whole timeout for open streams
+(they never end by themselves): one watcher per event loop notices uvicorn's exit flag and
+ends every open stream at once; clients reconnect (the `retry:` hint) and resume exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import asyncio
 import json
 import logging
 import re
+import signal
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NamedTuple
 
@@ -28,6 +34,39 @@ from agentrun.errors import invalid
 
 log = logging.getLogger("agentrun.streams")
 MEDIA_TYPE = "text/event-stream"
+EXIT_POLL_S = 0.25
+_open_streams: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[object]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _server_exiting() -> bool:
+    """Whether uvicorn was asked to stop: its SIGTERM handler is a bound method of its
+    `Server`, whose `should_exit` flag says so (False outside uvicorn)."""
+    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return bool(getattr(server, "should_exit", False))
+
+
+async def _watch_exit(tasks: set[asyncio.Task[object]]) -> None:
+    while tasks:
+        if _server_exiting():
+            log.info("server stopping: ending %d open streams", len(tasks))
+            for task in list(tasks):
+                task.cancel()
+            return
+        await asyncio.sleep(EXIT_POLL_S)
+
+
+def _track(task: asyncio.Task[object]) -> set[asyncio.Task[object]]:
+    """Register a stream's task with its loop's exit watcher (started with the first)."""
+    loop = task.get_loop()
+    tasks = _open_streams.get(loop)
+    if tasks is None or not tasks:
+        tasks = _open_streams[loop] = {task}
+        loop.create_task(_watch_exit(tasks))
+    else:
+        tasks.add(task)
+    return tasks
 
 
 class StreamEvent(NamedTuple):
@@ -93,6 +132,7 @@ async def body(
             yield comment("heartbeat") if event is None else encode(event)
 
     source = chunks()
+    tracked = _track(task) if task is not None else set()
     try:
         async for chunk in source:
             watchdog = loop.call_later(send_timeout, slow_reader)
@@ -101,6 +141,7 @@ async def body(
             finally:
                 watchdog.cancel()
     finally:
+        tracked.discard(task)
         await source.aclose()  # closes `events` too: its waiter is unregistered at once
 
 

@@ -243,6 +243,10 @@ AGENTRUN_STREAM_HEARTBEAT_S = env_float("AGENTRUN_STREAM_HEARTBEAT_S", 15.0)
 AGENTRUN_STREAM_SEND_TIMEOUT_S = env_float("AGENTRUN_STREAM_SEND_TIMEOUT_S", 30.0)
 AGENTRUN_STREAM_RETRY_MS = env_int("AGENTRUN_STREAM_RETRY_MS", 2000)
 AGENTRUN_STREAM_TICKET_TTL_S = env_int("AGENTRUN_STREAM_TICKET_TTL_S", 300)
+# Web origins whose pages may open streams (CORS on the stream routes only; comma-separated).
+AGENTRUN_STREAM_ALLOWED_ORIGINS = [
+    o.strip() for o in os.environ.get("AGENTRUN_STREAM_ALLOWED_ORIGINS", "").split(",") if o.strip()
+]
 
 # Runner dispatch (dispatch app): launchers, claim batches, backoff, capacity, reaping.
 AGENTRUN_LAUNCHER = os.environ.get("AGENTRUN_LAUNCHER", "local")  # or "kubernetes"

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -24,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentrun import api, sse
+from agentrun import api, conf, sse
 from agentrun.auth import ApiKeyAuthentication, IsAuthenticatedKey
 from agentrun.stream_tickets import TicketAuthentication, require_ticket_resource
 from agentrun.validation import StrictSerializer, validate_path_id
@@ -58,20 +58,34 @@ def sse_stream_response(
     return placeholder
 
 
+def _allow_origin(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """CORS for a page of an allowed origin (AGENTRUN_STREAM_ALLOWED_ORIGINS): a ticket,
+    not a cookie, authenticates it, so no credentials are allowed."""
+    origin = request.headers.get("Origin")
+    if origin and origin in conf.stream_allowed_origins():
+        response["Access-Control-Allow-Origin"] = origin
+        response["Access-Control-Allow-Headers"] = "Last-Event-ID, Authorization"
+        response["Access-Control-Allow-Methods"] = "GET"
+        response["Vary"] = "Origin"
+    return response
+
+
 def sse_route(drf_view: Callable[..., Any]) -> Callable[..., Any]:
     """The async view of a stream route around its DRF view (module doc)."""
 
     @functools.wraps(drf_view)  # keeps `cls` and csrf_exempt: the schema sees DRF
     async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.method == "OPTIONS" and request.headers.get("Origin"):
+            return _allow_origin(request, HttpResponse(status=204))  # a CORS preflight
         async with reread_slot():  # auth and the cursor check read the database
             response: Response = await sync_to_async(released_after(drf_view))(
                 request, *args, **kwargs
             )
         stream = getattr(response, "sse_stream", None)
         if stream is None:
-            return response  # an error envelope
+            return _allow_origin(request, response)  # an error envelope
         events, label = stream
-        return sse.sse_response(events, label=label)
+        return _allow_origin(request, sse.sse_response(events, label=label))
 
     return view
 

@@ -37,9 +37,10 @@ RUN_STREAM_ID = r"[0-9]{1,10}"  # a run stream's `Last-Event-ID`: a seq
 T = TypeVar("T")
 
 
-async def read_page(read: Callable[..., T], **kwargs: Any) -> T:
+async def read_page(read: Callable[..., T], *, in_request_thread: bool = False, **kwargs: Any) -> T:
     """`read(**kwargs)` in the loop's executor within a read slot; its connection back in
-    the pool before the slot is given up (a short read, never a wait)."""
+    the pool before the slot is given up (a short read, never a wait). `in_request_thread`:
+    in the request's own thread instead (WSGI: a test's transaction is seen there only)."""
 
     def released() -> T:
         try:
@@ -49,7 +50,7 @@ async def read_page(read: Callable[..., T], **kwargs: Any) -> T:
 
     async with reread_slot():
         # Not thread-sensitive: the read needs no request thread (nor keeps one alive).
-        return await sync_to_async(released, thread_sensitive=False)()
+        return await sync_to_async(released, thread_sensitive=in_request_thread)()
 
 
 def event_data(event: Event) -> dict[str, Any]:
@@ -75,16 +76,23 @@ def run_page(*, run_id: str, after_seq: int, follow: bool, limit: int = PAGE_SIZ
 
 
 async def run_stream(
-    *, run_id: str, after_seq: int, follow: bool = False
+    *, run_id: str, after_seq: int, follow: bool = False, wait: bool = True
 ) -> AsyncIterator[StreamEvent | None]:
-    """A run's events after `after_seq`, then new ones as they are appended (module doc)."""
+    """A run's events after `after_seq`, then new ones as they are appended (module doc).
+    `wait` False: what is there now, then the end (a WSGI server cannot hold a stream)."""
     heartbeat_s = conf.stream_heartbeat_s()
     cursor = after_seq
     with STREAMS_OPEN.track_inprogress():
         read = True
         while True:
             if read:
-                page = await read_page(run_page, run_id=run_id, after_seq=cursor, follow=follow)
+                page = await read_page(
+                    run_page,
+                    in_request_thread=not wait,
+                    run_id=run_id,
+                    after_seq=cursor,
+                    follow=follow,
+                )
                 for data in page.events:
                     cursor = data["seq"]
                     yield StreamEvent(str(cursor), data["type"], data)
@@ -94,6 +102,8 @@ async def run_stream(
                     return
                 if len(page.events) >= PAGE_SIZE:
                     continue  # more is there already
+                if not wait:
+                    return
             read = await await_event(run_id=run_id, after_seq=cursor, timeout_s=heartbeat_s)
             if not read:
                 yield None  # idle: a heartbeat

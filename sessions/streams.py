@@ -157,9 +157,10 @@ def _session_exists(*, session_id: str) -> bool:
 
 
 async def session_stream(
-    *, session_id: str, position: Position, output_only: bool = False
+    *, session_id: str, position: Position, output_only: bool = False, wait: bool = True
 ) -> AsyncIterator[StreamEvent | None]:
-    """The session's events after `position`, then new ones, across turns (module doc)."""
+    """The session's events after `position`, then new ones, across turns (module doc).
+    `wait` False: what is there now, then the end (a WSGI server cannot hold a stream)."""
     heartbeat_s = conf.stream_heartbeat_s()
     listener = run_change_listener()
     known = _Runs()
@@ -170,6 +171,7 @@ async def session_stream(
             try:
                 page = await read_page(
                     session_page,
+                    in_request_thread=not wait,
                     session_id=session_id,
                     position=position,
                     output_only=output_only,
@@ -180,6 +182,8 @@ async def session_stream(
                     yield StreamEvent(f"{data['run_id']}:{data['seq']}", data["type"], data)
                 if page.full:
                     continue
+                if not wait:
+                    return
                 assert waiter.future is not None
                 if not waiter.found.is_set():
                     await asyncio.wait([waiter.future], timeout=heartbeat_s)

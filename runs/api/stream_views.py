@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -48,6 +49,12 @@ TICKET_FLOW = (
     "for another resource is a 404. A comment line (`: heartbeat`) comes every 15 s while "
     "idle; the first message is a `retry:` hint."
 )
+
+
+def can_hold_stream(request: Request) -> bool:
+    """Under ASGI a stream waits for new events; under WSGI (the test client, a WSGI
+    deployment) it sends what is there and ends, and the client resumes from its last id."""
+    return isinstance(request._request, ASGIRequest)
 
 
 def sse_stream_response(
@@ -137,5 +144,10 @@ class RunStreamView(APIView):
         query = api.query(RunStreamQuery, request)
         resume = sse.last_event_id(request.headers.get("Last-Event-ID"), pattern=RUN_STREAM_ID)
         after_seq = int(resume) if resume is not None else query["after_seq"]
-        stream = run_stream(run_id=run.id, after_seq=after_seq, follow=query["follow"])
+        stream = run_stream(
+            run_id=run.id,
+            after_seq=after_seq,
+            follow=query["follow"],
+            wait=can_hold_stream(request),
+        )
         return sse_stream_response(Response(status=200), stream, f"run {run.id}")

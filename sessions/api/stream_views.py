@@ -27,6 +27,7 @@ from runs.api.stream_views import (
     STREAM_AUTHENTICATION,
     TICKET_FLOW,
     StreamNegotiation,
+    can_hold_stream,
     sse_stream_response,
 )
 from sessions import selectors
@@ -72,6 +73,7 @@ class SessionStreamView(APIView):
             session_id=session.session_id,
             position=position,
             output_only=query.get("only") == "output",
+            wait=can_hold_stream(request),
         )
         return sse_stream_response(Response(status=200), stream, f"session {pk}")
 

@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -115,13 +115,7 @@ class RunChangeListener:
         """`register` for a coroutine: the waiter's future is resolved on this loop."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiter = self.add(Waiter(run_id, after_seq, future=future))
-        deadline = time.monotonic() + timeout_s
-        # Only while (re)connecting: poll the flag rather than block the loop on it.
-        while not self._listening.is_set():
-            if time.monotonic() >= deadline:
-                self.unregister(waiter)
-                raise TimeoutError("the run-change listener could not LISTEN in time")
-            await asyncio.sleep(0.05)
+        await self._until_listening(timeout_s, lambda: self.unregister(waiter))
         return waiter
 
     async def register_session_async(self, session_id: str, *, timeout_s: float) -> Waiter:
@@ -131,21 +125,20 @@ class RunChangeListener:
         waiter = Waiter(session_id, -1, future=future)
         with self._lock:
             self._session_waiters[session_id].add(waiter)
+        await self._until_listening(timeout_s, lambda: self.unregister_session(waiter))
+        return waiter
+
+    async def _until_listening(self, timeout_s: float, give_up: Callable[[], None]) -> None:
+        """Only while (re)connecting: poll the flag rather than block the loop on it."""
         deadline = time.monotonic() + timeout_s
         while not self._listening.is_set():
             if time.monotonic() >= deadline:
-                self.unregister_session(waiter)
+                give_up()
                 raise TimeoutError("the run-change listener could not LISTEN in time")
             await asyncio.sleep(0.05)
-        return waiter
 
     def unregister_session(self, waiter: Waiter) -> None:
-        with self._lock:
-            waiters = self._session_waiters.get(waiter.run_id)
-            if waiters is not None:
-                waiters.discard(waiter)
-                if not waiters:
-                    del self._session_waiters[waiter.run_id]
+        self._discard(self._session_waiters, waiter)
 
     def add(self, waiter: Waiter) -> Waiter:
         with self._lock:
@@ -155,12 +148,15 @@ class RunChangeListener:
         return waiter
 
     def unregister(self, waiter: Waiter) -> None:
+        self._discard(self._waiters, waiter)
+
+    def _discard(self, table: dict[str, set[Waiter]], waiter: Waiter) -> None:
         with self._lock:
-            waiters = self._waiters.get(waiter.run_id)
+            waiters = table.get(waiter.run_id)
             if waiters is not None:
                 waiters.discard(waiter)
                 if not waiters:
-                    del self._waiters[waiter.run_id]
+                    del table[waiter.run_id]
 
     def stop(self) -> None:
         """Close the connection and end the thread (tests; a process's exit does it too)."""

@@ -51,6 +51,18 @@ TICKET_FLOW = (
 )
 
 
+def stream_schema(
+    operation_id: str, query: type[Any], description: str
+) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+    """The OpenAPI description of a stream route: SSE, its query, `Last-Event-ID`."""
+    response = OpenApiResponse(OpenApiTypes.STR, description=f"{description} {TICKET_FLOW}")
+    return extend_schema(
+        operation_id=operation_id,
+        parameters=[query, LAST_EVENT_ID],
+        responses={(200, sse.MEDIA_TYPE): response},
+    )
+
+
 def can_hold_stream(request: Request) -> bool:
     """Under ASGI a stream waits for new events; under WSGI (the test client, a WSGI
     deployment) it sends what is there and ends, and the client resumes from its last id."""
@@ -124,18 +136,13 @@ class RunStreamView(APIView):
     content_negotiation_class = StreamNegotiation
     permission_classes = [IsAuthenticatedKey]
 
-    @extend_schema(
-        operation_id="runs_stream",
-        parameters=[RunStreamQuery, LAST_EVENT_ID],
-        responses={
-            (200, sse.MEDIA_TYPE): OpenApiResponse(
-                OpenApiTypes.STR,
-                description="Server-Sent Events: `id: <seq>`, `event: <event type>` (an "
-                "EventType: user_message, agent_message, terminal_status, …), `data: <the "
-                "event JSON as GET /runs/{id}/events returns it>`. Ends after the "
-                "terminal_status event unless `follow=true`. " + TICKET_FLOW,
-            )
-        },
+    @stream_schema(
+        "runs_stream",
+        RunStreamQuery,
+        "Server-Sent Events: `id: <seq>`, `event: <event type>` (an EventType: "
+        "user_message, agent_message, terminal_status, …), `data: <the event JSON as GET "
+        "/runs/{id}/events returns it>`. Ends after the terminal_status event unless "
+        "`follow=true`.",
     )
     def get(self, request: Request, pk: str) -> Response:
         validate_path_id(pk)

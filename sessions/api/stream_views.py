@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,12 +22,11 @@ from agentrun.stream_tickets import issue_ticket, require_ticket_resource
 from agentrun.validation import IdField, StrictSerializer, validate_path_id
 from runs import selectors as run_selectors
 from runs.api.stream_views import (
-    LAST_EVENT_ID,
     STREAM_AUTHENTICATION,
-    TICKET_FLOW,
     StreamNegotiation,
     can_hold_stream,
     sse_stream_response,
+    stream_schema,
 )
 from sessions import selectors
 from sessions.streams import SESSION_STREAM_ID, parse_position, session_stream
@@ -48,19 +46,13 @@ class SessionStreamView(APIView):
     content_negotiation_class = StreamNegotiation
     permission_classes = [IsClientOrOperator]
 
-    @extend_schema(
-        operation_id="sessions_stream",
-        parameters=[SessionStreamQuery, LAST_EVENT_ID],
-        responses={
-            (200, sse.MEDIA_TYPE): OpenApiResponse(
-                OpenApiTypes.STR,
-                description="Server-Sent Events of every run of the session, runs in "
-                "admission order, each up to its terminal_status: `id: <run id>:<seq>`, "
-                "`event: <event type>`, `data: <the event JSON as GET /runs/{id}/events "
-                "returns it>`. Resume with `Last-Event-ID`, across runs. Stays open while "
-                "the session exists. " + TICKET_FLOW,
-            )
-        },
+    @stream_schema(
+        "sessions_stream",
+        SessionStreamQuery,
+        "Server-Sent Events of every run of the session, runs in admission order, each up "
+        "to its terminal_status: `id: <run id>:<seq>`, `event: <event type>`, `data: <the "
+        "event JSON as GET /runs/{id}/events returns it>`. Resume with `Last-Event-ID`, "
+        "across runs. Stays open while the session exists.",
     )
     def get(self, request: Request, pk: str) -> Response:
         validate_path_id(pk)

@@ -4,6 +4,8 @@ is a 401 envelope. The attacks are made with real HTTP requests."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import override_settings
 
@@ -11,17 +13,21 @@ from agentrun.auth import issue_api_key
 from agentrun.stream_tickets import issue_ticket
 from runner.sse import StreamRefused, messages, open_stream
 from tests.builders import make_claimed_run, make_run
-from tests.runtime.server import Server, serving
+from tests.runtime.server import Reply, Server, serving
 from tests.streams.world import TENANT, worked_turn
 
 
-def _ticket(server: Server, secret: str, **resource: str) -> str:
-    reply = server.request(
+def _ask(server: Server, secret: str, **resource: str) -> Reply:
+    return server.request(
         "POST",
         "/api/v1/stream-tickets",
-        body=__import__("json").dumps(resource).encode(),
+        body=json.dumps(resource).encode(),
         headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
     )
+
+
+def _ticket(server: Server, secret: str, **resource: str) -> str:
+    reply = _ask(server, secret, **resource)
     assert reply.status == 201, reply.body
     assert reply.json()["expires_at"]
     return str(reply.json()["ticket"])
@@ -38,8 +44,6 @@ def _first_event(server: Server, path: str) -> str:
 def _refused(server: Server, path: str) -> tuple[int, dict[str, str]]:
     with pytest.raises(StreamRefused) as refused:
         open_stream(f"http://127.0.0.1:{server.port}{path}")
-    import json
-
     return refused.value.status, json.loads(refused.value.body)["error"]
 
 
@@ -66,25 +70,8 @@ def test_a_ticket_opens_its_one_stream_only_and_bad_tickets_are_401() -> None:
         path = f"/api/v1/sessions/s-ticket/stream?ticket={session_ticket}"
         assert _first_event(server, path) == "user_message"
         # A ticket is never issued for what the key cannot see.
-        other = server.request(
-            "POST",
-            "/api/v1/stream-tickets",
-            body=f'{{"run_id": "{other_tenant.id}"}}'.encode(),
-            headers={
-                "Authorization": f"Bearer {issued.secret}",
-                "Content-Type": "application/json",
-            },
-        )
-        assert other.status == 404
-        both = server.request(
-            "POST",
-            "/api/v1/stream-tickets",
-            body=f'{{"run_id": "{run_a.id}", "session_id": "s-ticket"}}'.encode(),
-            headers={
-                "Authorization": f"Bearer {issued.secret}",
-                "Content-Type": "application/json",
-            },
-        )
+        assert _ask(server, issued.secret, run_id=other_tenant.id).status == 404
+        both = _ask(server, issued.secret, run_id=run_a.id, session_id="s-ticket")
         assert both.status == 400
         # Forged: a changed character, or a ticket signed with another secret.
         forged = ticket[:-3] + ("AAA" if not ticket.endswith("AAA") else "BBB")

@@ -12,6 +12,7 @@ from datetime import datetime
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import TextField, Value
+from django.db.models.fields.json import KT
 from django.db.models.functions import Concat, Lower
 from django.utils import timezone
 
@@ -188,6 +189,10 @@ class Run(models.Model):
             GinIndex(
                 OpClass(run_search_document(), name="gin_trgm_ops"),
                 name="agentrun_runs_search_idx",
+            ),
+            # A session's runs in admission order: the session stream walks them (issue 19).
+            models.Index(
+                KT("session_ref__session_id"), "created_at", "id", name="agentrun_runs_session_idx"
             ),
             # Live runs by profile: the dispatcher's capacity count and the operator status read
             # only these, which stay few while terminal history grows.

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KT
 
 from agentrun import conf
 from agentrun.errors import invalid
@@ -60,7 +61,7 @@ def parse_position(session_id: str, cursor: str | None) -> Position:
     if not cursor:
         return Position()
     run_id, _, seq = cursor.rpartition(":")
-    if not Run.objects.filter(pk=run_id, session_ref__session_id=session_id).exists():
+    if not _runs_of(session_id).filter(pk=run_id).exists():
         raise invalid(f"Last-Event-ID: run {run_id} is not a run of session {session_id}")
     return Position(run_id, int(seq))
 
@@ -80,8 +81,13 @@ class SessionPage:
     full: bool  # a page's worth: read again before waiting
 
 
+def _runs_of(session_id: str) -> QuerySet[Run]:
+    """The session's runs, by the expression `agentrun_runs_session_idx` is built on."""
+    return Run.objects.annotate(sid=KT("session_ref__session_id")).filter(sid=session_id)
+
+
 def _next_run(session_id: str, after: tuple[datetime, str] | None) -> Run | None:
-    runs = Run.objects.filter(session_ref__session_id=session_id)
+    runs = _runs_of(session_id)
     if after is not None:
         created_at, run_id = after
         runs = runs.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=run_id))
@@ -162,12 +168,16 @@ async def session_stream(
     """The session's events after `position`, then new ones, across turns (module doc).
     `wait` False: what is there now, then the end (a WSGI server cannot hold a stream)."""
     heartbeat_s = conf.stream_heartbeat_s()
-    listener = run_change_listener()
+    listener = run_change_listener() if wait else None
     known = _Runs()
     with STREAMS_OPEN.track_inprogress():
         while True:
             # Registered before the read: whatever commits after the read began wakes it.
-            waiter = await listener.register_session_async(session_id, timeout_s=LISTEN_TIMEOUT_S)
+            waiter = (
+                await listener.register_session_async(session_id, timeout_s=LISTEN_TIMEOUT_S)
+                if listener is not None
+                else None
+            )
             try:
                 page = await read_page(
                     session_page,
@@ -182,14 +192,14 @@ async def session_stream(
                     yield StreamEvent(f"{data['run_id']}:{data['seq']}", data["type"], data)
                 if page.full:
                     continue
-                if not wait:
-                    return
-                assert waiter.future is not None
+                if waiter is None or waiter.future is None:
+                    return  # not waiting: what there was is sent
                 if not waiter.found.is_set():
                     await asyncio.wait([waiter.future], timeout=heartbeat_s)
                 woken = waiter.found.is_set()
             finally:
-                listener.unregister_session(waiter)
+                if listener is not None and waiter is not None:
+                    listener.unregister_session(waiter)
             if not woken:
                 if not await read_page(_session_exists, session_id=session_id):
                     return  # the session was deleted: nothing more will come

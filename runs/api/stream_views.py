@@ -31,6 +31,7 @@ from agentrun.stream_tickets import TicketAuthentication, require_ticket_resourc
 from agentrun.validation import StrictSerializer, validate_path_id
 from runs import selectors
 from runs.api.views import released_after
+from runs.models import EventType
 from runs.streams import RUN_STREAM_ID, run_stream
 from runs.waiting import reread_slot
 
@@ -42,6 +43,19 @@ LAST_EVENT_ID = OpenApiParameter(
     description="Resume after this event id (a browser's EventSource sends it when it "
     "reconnects); wins over the query's cursor.",
 )
+SSE_MESSAGE = {
+    "type": "object",
+    "description": "One Server-Sent Events message.",
+    "properties": {
+        "id": {"type": "string", "description": "The resume cursor: send it as Last-Event-ID."},
+        "event": {"type": "string", "enum": list(EventType.values)},
+        "data": {
+            "type": "string",
+            "description": "The event JSON, as GET /runs/{id}/events returns it.",
+        },
+    },
+    "required": ["data"],
+}
 TICKET_FLOW = (
     "Authenticate with `Authorization: Bearer <key>`, or (browsers: `EventSource` sends no "
     "header) with `?ticket=` from `POST /api/v1/stream-tickets`: signed, for this one "
@@ -54,8 +68,9 @@ TICKET_FLOW = (
 def stream_schema(
     operation_id: str, query: type[Any], description: str
 ) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
-    """The OpenAPI description of a stream route: SSE, its query, `Last-Event-ID`."""
-    response = OpenApiResponse(OpenApiTypes.STR, description=f"{description} {TICKET_FLOW}")
+    """The OpenAPI description of a stream route: SSE, its query, `Last-Event-ID`; each
+    message is described as an object of its fields (what SSE-aware tools check)."""
+    response = OpenApiResponse(SSE_MESSAGE, description=f"{description} {TICKET_FLOW}")
     return extend_schema(
         operation_id=operation_id,
         parameters=[query, LAST_EVENT_ID],

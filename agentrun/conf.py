@@ -40,6 +40,11 @@ def _text(value: Any) -> str:
     return str(value or "")
 
 
+def _text_set(value: Any) -> frozenset[str]:
+    """A list setting read as a set of texts."""
+    return frozenset(str(item) for item in value or ())
+
+
 def _optional_text(value: Any) -> str | None:
     return str(value) if value else None
 
@@ -58,6 +63,11 @@ source_commit = Setting("AGENTRUN_SOURCE_COMMIT", _text)
 default_lease_ms = Setting("AGENTRUN_DEFAULT_LEASE_MS", int)
 max_lease_ms = Setting("AGENTRUN_MAX_LEASE_MS", int)
 long_poll_max_seconds = Setting("AGENTRUN_LONG_POLL_MAX_SECONDS", int)
+stream_heartbeat_s = Setting("AGENTRUN_STREAM_HEARTBEAT_S", float)
+stream_send_timeout_s = Setting("AGENTRUN_STREAM_SEND_TIMEOUT_S", float)
+stream_retry_ms = Setting("AGENTRUN_STREAM_RETRY_MS", int)
+stream_ticket_ttl_s = Setting("AGENTRUN_STREAM_TICKET_TTL_S", int)
+stream_allowed_origins = Setting("AGENTRUN_STREAM_ALLOWED_ORIGINS", _text_set)
 session_storage_root = Setting("AGENTRUN_SESSION_STORAGE_ROOT", Path)
 
 

@@ -57,6 +57,12 @@ OUTBOX_RECORDS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+STREAMS_OPEN = Gauge(
+    "agentrun_streams_open",
+    "Server-Sent Events streams open now (run and session streams).",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
 # Per backend profile only: a tenant label would name tenants on an unauthenticated page.
 TOKENS_USED = Counter(
     "agentrun_tokens",

@@ -29,7 +29,7 @@ SESSION_ACTIONS = {
     "turn": "file a turn on a session (creates it if new)",
     "steer": "steer the session's running turn",
     "cancel": "cancel the session's current run",
-    "tail": "follow the session's output until its run ends",
+    "tail": "follow the session's output (SSE, resumed after a drop) until its run ends",
 }
 
 
@@ -72,6 +72,7 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default="cli")
     parser.add_argument("--workspace", default=os.getcwd())
     parser.add_argument("--tail", action="store_true", help="follow the output after a turn")
+    parser.add_argument("--follow", action="store_true", help="tail: keep following across turns")
     parser.add_argument(
         "--api-url", default=os.environ.get("AGENTRUN_API_URL", "http://127.0.0.1:8000")
     )

@@ -12,7 +12,7 @@ from datetime import datetime
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import F, TextField, Value
-from django.db.models.fields.json import KeyTransform
+from django.db.models.fields.json import KT, KeyTransform
 from django.db.models.functions import Concat, Lower
 from django.utils import timezone
 
@@ -212,6 +212,13 @@ class Run(models.Model):
                 KeyTransform("session_id", "session_ref"),
                 F("updated_at").desc(),
                 name="agentrun_runs_session_idx",
+            ),
+            # A session's runs in admission order: the session stream walks them (issue 19).
+            models.Index(
+                KT("session_ref__session_id"),
+                "created_at",
+                "id",
+                name="agentrun_runs_sess_order_idx",
             ),
             # Live runs by profile: the dispatcher's capacity count and the operator status read
             # only these, which stay few while terminal history grows.

@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -92,6 +92,7 @@ class RunChangeListener:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._unchecked: set[str] = set()  # runs with a waiter registered since the last check
+        self._session_waiters: dict[str, set[Waiter]] = defaultdict(set)
         # Rung by register() to wake the select(). Sockets, not a pipe: once closed (stop)
         # a late ring fails on the object instead of writing to a reused descriptor.
         self._bell_r, self._bell_w = socket.socketpair()
@@ -114,14 +115,30 @@ class RunChangeListener:
         """`register` for a coroutine: the waiter's future is resolved on this loop."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiter = self.add(Waiter(run_id, after_seq, future=future))
+        await self._until_listening(timeout_s, lambda: self.unregister(waiter))
+        return waiter
+
+    async def register_session_async(self, session_id: str, *, timeout_s: float) -> Waiter:
+        """A waiter woken by the next notification of any run of `session_id`; returns once
+        notifications are received, so a read made after it misses nothing."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(session_id, -1, future=future)
+        with self._lock:
+            self._session_waiters[session_id].add(waiter)
+        await self._until_listening(timeout_s, lambda: self.unregister_session(waiter))
+        return waiter
+
+    async def _until_listening(self, timeout_s: float, give_up: Callable[[], None]) -> None:
+        """Only while (re)connecting: poll the flag rather than block the loop on it."""
         deadline = time.monotonic() + timeout_s
-        # Only while (re)connecting: poll the flag rather than block the loop on it.
         while not self._listening.is_set():
             if time.monotonic() >= deadline:
-                self.unregister(waiter)
+                give_up()
                 raise TimeoutError("the run-change listener could not LISTEN in time")
             await asyncio.sleep(0.05)
-        return waiter
+
+    def unregister_session(self, waiter: Waiter) -> None:
+        self._discard(self._session_waiters, waiter)
 
     def add(self, waiter: Waiter) -> Waiter:
         with self._lock:
@@ -131,12 +148,15 @@ class RunChangeListener:
         return waiter
 
     def unregister(self, waiter: Waiter) -> None:
+        self._discard(self._waiters, waiter)
+
+    def _discard(self, table: dict[str, set[Waiter]], waiter: Waiter) -> None:
         with self._lock:
-            waiters = self._waiters.get(waiter.run_id)
+            waiters = table.get(waiter.run_id)
             if waiters is not None:
                 waiters.discard(waiter)
                 if not waiters:
-                    del self._waiters[waiter.run_id]
+                    del table[waiter.run_id]
 
     def stop(self) -> None:
         """Close the connection and end the thread (tests; a process's exit does it too)."""
@@ -163,11 +183,15 @@ class RunChangeListener:
             self._listening.set()
             self._take_unchecked()
             self._check(listener, None)  # anything missed while (re)connecting
+            self._wake_sessions(None)
             while not self._stopped.is_set():
                 notices = list(listener.notifies(timeout=0))
                 runs = self._take_unchecked()
                 for notice in notices:
-                    run_id, _, seq = notice.payload.partition(":")
+                    run_id, _, rest = notice.payload.partition(":")
+                    seq, _, session_id = rest.partition(":")
+                    if session_id:
+                        self._wake_sessions(session_id)
                     if seq.isdigit():  # the appender says how far the run got: no query
                         self._wake_passed(run_id, int(seq))
                     else:
@@ -187,6 +211,17 @@ class RunChangeListener:
             for waiter in self._waiters.get(run_id, ()):
                 if last_seq > waiter.after_seq:
                     waiter.wake()
+
+    def _wake_sessions(self, session_id: str | None) -> None:
+        """Wake the waiters of one session (every session: None)."""
+        with self._lock:
+            groups = (
+                list(self._session_waiters.values())
+                if session_id is None
+                else [self._session_waiters.get(session_id, set())]
+            )
+            for waiter in (waiter for group in groups for waiter in group):
+                waiter.wake()
 
     def _ring(self) -> None:
         # Full: the bell rings already. Closed: the listener was stopped, and register()

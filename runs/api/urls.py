@@ -4,6 +4,7 @@ from django.urls import URLPattern, path
 from rest_framework.routers import SimpleRouter
 
 from runs.api import approvals, usage, views
+from runs.api.stream_views import RunStreamView, sse_route
 
 router = SimpleRouter(trailing_slash=False)
 router.register("runs", views.RunViewSet, basename="run")
@@ -20,6 +21,9 @@ urlpatterns = [
     else p
     for p in router.urls
 ]
+urlpatterns.append(
+    path("runs/<str:pk>/stream", sse_route(RunStreamView.as_view()), name="run-stream")
+)
 
 urlpatterns += [
     path("runs/<str:pk>/approvals", approvals.RunApprovalsView.as_view()),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from django.test import override_settings
 from agentrun.auth import issue_api_key
 from dispatch.services.launch import dispatch_batch
 from runner.cli import main
+from tests.runtime.server import serving
 
 
 def cli(live_server: Any, key: str, *args: str) -> str:
@@ -21,17 +23,20 @@ def cli(live_server: Any, key: str, *args: str) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_turn_then_tail_prints_the_agents_answer(live_server: Any, tmp_path: Path) -> None:
+def test_turn_then_tail_prints_the_agents_answer(tmp_path: Path) -> None:
     key = issue_api_key(tenant_id="cli-tenant", role="client").secret
-    filed = cli(live_server, key, "turn", "cli-1", "hello from the terminal")
-    assert filed.startswith("created: run run_")
-    with override_settings(AGENTRUN_API_URL=live_server.url, AGENTRUN_DATA_DIR=tmp_path):
-        assert dispatch_batch(owner="cli-test").dispatched == 1
-    tail = cli(live_server, key, "tail", "cli-1")
+    # The tail reads a stream: the real (ASGI) server, not the test's WSGI live server.
+    with serving() as server:
+        live_server = SimpleNamespace(url=f"http://127.0.0.1:{server.port}")
+        filed = cli(live_server, key, "turn", "cli-1", "hello from the terminal")
+        assert filed.startswith("created: run run_")
+        with override_settings(AGENTRUN_API_URL=live_server.url, AGENTRUN_DATA_DIR=tmp_path):
+            assert dispatch_batch(owner="cli-test").dispatched == 1
+        tail = cli(live_server, key, "tail", "cli-1")
+        nothing = cli(live_server, key, "cancel", "cli-1")
     assert "user_message: hello from the terminal" in tail
     assert "agent_message: Echo: hello from the terminal" in tail
     assert tail.rstrip().endswith("terminal_status: completed")
-    nothing = cli(live_server, key, "cancel", "cli-1")
     assert '"changed": false' in nothing
 
 

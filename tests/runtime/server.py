@@ -81,9 +81,10 @@ def database_url_of_tests() -> str:
 
 
 @contextmanager
-def serving(**env: str) -> Iterator[Server]:
-    """uvicorn on the test database with `env` on top; stopped (TERM, then KILL) after."""
-    port = free_port()
+def serving(*, port: int | None = None, **env: str) -> Iterator[Server]:
+    """uvicorn on the test database with `env` on top; stopped (TERM, then KILL) after.
+    `port`: that one (a restart on the same address), else a free one."""
+    port = port or free_port()
     data_dir = tempfile.mkdtemp(prefix="agentrun-srv-")
     log = Path(data_dir) / "server.log"
     child_env = {

@@ -58,6 +58,10 @@ source_commit = Setting("AGENTRUN_SOURCE_COMMIT", _text)
 default_lease_ms = Setting("AGENTRUN_DEFAULT_LEASE_MS", int)
 max_lease_ms = Setting("AGENTRUN_MAX_LEASE_MS", int)
 long_poll_max_seconds = Setting("AGENTRUN_LONG_POLL_MAX_SECONDS", int)
+stream_heartbeat_s = Setting("AGENTRUN_STREAM_HEARTBEAT_S", float)
+stream_send_timeout_s = Setting("AGENTRUN_STREAM_SEND_TIMEOUT_S", float)
+stream_retry_ms = Setting("AGENTRUN_STREAM_RETRY_MS", int)
+stream_ticket_ttl_s = Setting("AGENTRUN_STREAM_TICKET_TTL_S", int)
 session_storage_root = Setting("AGENTRUN_SESSION_STORAGE_ROOT", Path)
 
 

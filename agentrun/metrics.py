@@ -56,6 +56,12 @@ OUTBOX_RECORDS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+STREAMS_OPEN = Gauge(
+    "agentrun_streams_open",
+    "Server-Sent Events streams open now (run and session streams).",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
 LONG_POLL_WAITERS = Gauge(
     "agentrun_long_poll_waiters",
     "Event long-polls waiting now.",

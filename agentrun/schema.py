@@ -40,6 +40,20 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
         }
 
 
+class StreamTicketScheme(OpenApiAuthenticationExtension):
+    target_class = "agentrun.stream_tickets.TicketAuthentication"
+    name = "StreamTicket"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "apiKey",
+            "in": "query",
+            "name": "ticket",
+            "description": "A stream ticket from `POST /api/v1/stream-tickets` (stream "
+            "routes only): for browsers, whose EventSource sends no Authorization header.",
+        }
+
+
 class JsonObjectFieldExtension(OpenApiSerializerFieldExtension):
     """`BoundedJSONObjectField` accepts a JSON object only (and `null` when it allows it)."""
 

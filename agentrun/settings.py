@@ -238,6 +238,12 @@ CELERY_TASK_ROUTES = TASK_ROUTES
 AGENTRUN_DEFAULT_LEASE_MS = env_int("AGENTRUN_DEFAULT_LEASE_MS", 60_000)
 AGENTRUN_MAX_LEASE_MS = env_int("AGENTRUN_MAX_LEASE_MS", 15 * 60_000)
 AGENTRUN_LONG_POLL_MAX_SECONDS = 30
+# Streams (SPEC §9.2): a comment heartbeat while idle; a reader that takes nothing for the
+# send timeout is disconnected; the reconnect hint; how long a browser's stream ticket lives.
+AGENTRUN_STREAM_HEARTBEAT_S = env_float("AGENTRUN_STREAM_HEARTBEAT_S", 15.0)
+AGENTRUN_STREAM_SEND_TIMEOUT_S = env_float("AGENTRUN_STREAM_SEND_TIMEOUT_S", 30.0)
+AGENTRUN_STREAM_RETRY_MS = env_int("AGENTRUN_STREAM_RETRY_MS", 2000)
+AGENTRUN_STREAM_TICKET_TTL_S = env_int("AGENTRUN_STREAM_TICKET_TTL_S", 300)
 
 # Runner dispatch (dispatch app): launchers, claim batches, backoff, capacity, reaping.
 AGENTRUN_LAUNCHER = os.environ.get("AGENTRUN_LAUNCHER", "local")  # or "kubernetes"

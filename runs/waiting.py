@@ -92,6 +92,7 @@ class RunChangeListener:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._unchecked: set[str] = set()  # runs with a waiter registered since the last check
+        self._session_waiters: dict[str, set[Waiter]] = defaultdict(set)
         # Rung by register() to wake the select(). Sockets, not a pipe: once closed (stop)
         # a late ring fails on the object instead of writing to a reused descriptor.
         self._bell_r, self._bell_w = socket.socketpair()
@@ -122,6 +123,29 @@ class RunChangeListener:
                 raise TimeoutError("the run-change listener could not LISTEN in time")
             await asyncio.sleep(0.05)
         return waiter
+
+    async def register_session_async(self, session_id: str, *, timeout_s: float) -> Waiter:
+        """A waiter woken by the next notification of any run of `session_id`; returns once
+        notifications are received, so a read made after it misses nothing."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(session_id, -1, future=future)
+        with self._lock:
+            self._session_waiters[session_id].add(waiter)
+        deadline = time.monotonic() + timeout_s
+        while not self._listening.is_set():
+            if time.monotonic() >= deadline:
+                self.unregister_session(waiter)
+                raise TimeoutError("the run-change listener could not LISTEN in time")
+            await asyncio.sleep(0.05)
+        return waiter
+
+    def unregister_session(self, waiter: Waiter) -> None:
+        with self._lock:
+            waiters = self._session_waiters.get(waiter.run_id)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._session_waiters[waiter.run_id]
 
     def add(self, waiter: Waiter) -> Waiter:
         with self._lock:
@@ -163,11 +187,15 @@ class RunChangeListener:
             self._listening.set()
             self._take_unchecked()
             self._check(listener, None)  # anything missed while (re)connecting
+            self._wake_sessions(None)
             while not self._stopped.is_set():
                 notices = list(listener.notifies(timeout=0))
                 runs = self._take_unchecked()
                 for notice in notices:
-                    run_id, _, seq = notice.payload.partition(":")
+                    run_id, _, rest = notice.payload.partition(":")
+                    seq, _, session_id = rest.partition(":")
+                    if session_id:
+                        self._wake_sessions(session_id)
                     if seq.isdigit():  # the appender says how far the run got: no query
                         self._wake_passed(run_id, int(seq))
                     else:
@@ -187,6 +215,17 @@ class RunChangeListener:
             for waiter in self._waiters.get(run_id, ()):
                 if last_seq > waiter.after_seq:
                     waiter.wake()
+
+    def _wake_sessions(self, session_id: str | None) -> None:
+        """Wake the waiters of one session (every session: None)."""
+        with self._lock:
+            groups = (
+                list(self._session_waiters.values())
+                if session_id is None
+                else [self._session_waiters.get(session_id, set())]
+            )
+            for waiter in (waiter for group in groups for waiter in group):
+                waiter.wake()
 
     def _ring(self) -> None:
         # Full: the bell rings already. Closed: the listener was stopped, and register()

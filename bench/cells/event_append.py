@@ -200,7 +200,7 @@ def event_ledger(
 def notify_off() -> Iterator[None]:
     """The service without `pg_notify` (bench process only): measures what NOTIFY costs."""
     original = event_service.notify_runs_change
-    event_service.notify_runs_change = lambda last_seqs: None
+    event_service.notify_runs_change = lambda last_seqs, sessions=None: None
     try:
         yield
     finally:

@@ -1,9 +1,10 @@
 """Routes of the runs API under /api/v1 (SPEC §3)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 from rest_framework.routers import SimpleRouter
 
 from runs.api import views
+from runs.api.stream_views import RunStreamView, sse_route
 
 router = SimpleRouter(trailing_slash=False)
 router.register("runs", views.RunViewSet, basename="run")
@@ -20,3 +21,6 @@ urlpatterns = [
     else p
     for p in router.urls
 ]
+urlpatterns.append(
+    path("runs/<str:pk>/stream", sse_route(RunStreamView.as_view()), name="run-stream")
+)

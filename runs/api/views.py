@@ -106,7 +106,7 @@ class PendingWait:
             release_connection()  # back to the pool before the slot is given up
 
 
-def _released(drf_view: Callable[..., Any]) -> Callable[..., Any]:
+def released_after(drf_view: Callable[..., Any]) -> Callable[..., Any]:
     """The DRF view, then its connection back to the pool (before its slot is given up)."""
 
     def view(*args: Any, **kwargs: Any) -> Any:
@@ -129,7 +129,7 @@ def run_events(drf_view: Callable[..., Any]) -> Callable[..., Any]:
         if request.method == "GET":
             # A burst of polls queues here, on the loop, rather than in the pool's timeout.
             async with reread_slot():
-                response: Response = await sync_to_async(_released(drf_view))(
+                response: Response = await sync_to_async(released_after(drf_view))(
                     request, *args, **kwargs
                 )
         else:

@@ -183,15 +183,23 @@ def _store(per_run: list[list[Event]]) -> None:
     )
     for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
         record_outbox_locked(run=rows[0].run, events=rows)  # a no-op when the outbox is off
-    notify_runs_change({rows[0].run.id: rows[-1].seq for rows in per_run})
+    notify_runs_change(
+        {rows[0].run.id: rows[-1].seq for rows in per_run},
+        sessions={rows[0].run.id: rows[0].run.session_id or "" for rows in per_run},
+    )
     count_events_on_commit(event.type for rows in per_run for event in rows)
 
 
-def notify_runs_change(last_seqs: dict[str, int]) -> None:
+def notify_runs_change(last_seqs: dict[str, int], sessions: dict[str, str] | None = None) -> None:
     """Queue `NOTIFY agentrun_run_change, '<run id>:<last seq>'` per run, in one statement;
     PostgreSQL sends them at commit. The seq lets a long-poll listener wake exactly the
-    waiters it concerns without reading the database (`runs.waiting`)."""
-    payloads = [f"{run_id}:{seq}" for run_id, seq in last_seqs.items()]
+    waiters it concerns without reading the database (`runs.waiting`); a session's run adds
+    `:<session id>`, which wakes that session's streams (a new run's first event too)."""
+    sessions = sessions or {}
+    payloads = [
+        f"{run_id}:{seq}:{sessions[run_id]}" if sessions.get(run_id) else f"{run_id}:{seq}"
+        for run_id, seq in last_seqs.items()
+    ]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",

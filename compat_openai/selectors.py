@@ -34,6 +34,11 @@ def live_profile(*, session_id: str, scope: Scope) -> AgentSessionProfile:
     return profile
 
 
+def live_profile_any(session_id: str) -> AgentSessionProfile:
+    """The session's profile, for a stream already authorized (scope checked at open)."""
+    return AgentSessionProfile.objects.select_related("session").get(pk=session_id)
+
+
 def _cursor_page(
     rows: QuerySet[Any], *, field: str, after: str | None, limit: int, order: str
 ) -> tuple[list[Any], bool]:

@@ -19,10 +19,11 @@ from agentrun import api
 from agentrun.auth import IsClientOrOperator, request_key
 from agentrun.errors import invalid
 from agentrun.validation import validate_path_id
-from compat_openai import selectors, shapes
+from compat_openai import selectors, shapes, stream
 from compat_openai.api import inputs
 from compat_openai.api.errors import sdk_exception_handler
 from compat_openai.services import events, sessions
+from runs.api.stream_views import StreamNegotiation, sse_stream_response
 
 DEFAULT_PROJECT = "default"
 
@@ -131,6 +132,22 @@ class SessionView(AgentsView):
 
 
 class EventsView(AgentsView):
+    """POST submits input events; GET is `events.stream` (served on the event loop by
+    `runs.api.stream_views.sse_route`, which the route wraps this view in)."""
+
+    content_negotiation_class = StreamNegotiation  # SSE or JSON, whatever Accept says
+
+    def get(self, request: Request, session_id: str) -> Response:
+        api.query(inputs.StreamQuery, request)  # include_obfuscation: accepted, no padding
+        selectors.live_profile(session_id=session_id, scope=api.request_scope(request))
+        position, seen_id, seen_index = stream.resume_point(
+            session_id, request.headers.get("Last-Event-ID")
+        )
+        events = stream.sdk_stream(
+            session_id=session_id, position=position, seen_id=seen_id, seen_index=seen_index
+        )
+        return sse_stream_response(Response(status=200), events, f"agents session {session_id}")
+
     def post(self, request: Request, session_id: str) -> Response:
         raw = api.body(inputs.EventsIn, request).validated_data["events"]
         actions = inputs.parse_events(raw)

@@ -1,0 +1,123 @@
+"""`sessions.events.stream` through the real `openai` SDK against the real server (uvicorn,
+the production command line): a turn streamed to completion in the SDK's event shapes, and
+a stream reconnected mid-turn with the last event id it saw, with no gap and no repeat."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from agentrun.auth import issue_api_key
+from dispatch.services.launch import dispatch_batch
+from tests.compat_openai.conftest import ENVIRONMENT, message, openai, wait_for
+from tests.runtime.server import Server, serving
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ENDED = ("agent.session.turn.completed", "agent.session.turn.failed")
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    with serving() as running:
+        yield running
+
+
+def _client(server: Server, tenant: str) -> Any:
+    key = issue_api_key(tenant_id=tenant, role="client").secret
+    return openai.OpenAI(
+        api_key=key, base_url=f"http://127.0.0.1:{server.port}/openai/v1", max_retries=0
+    )
+
+
+def _dispatch(server: Server, tmp_path: Path) -> int:
+    with override_settings(
+        AGENTRUN_API_URL=f"http://127.0.0.1:{server.port}", AGENTRUN_DATA_DIR=tmp_path
+    ):
+        return dispatch_batch(owner="sdk-stream-test").dispatched
+
+
+def _until_idle(events: Any, *, stop_after: int | None = None) -> list[Any]:
+    """Events until the session goes idle after its turn ended (or `stop_after` of them)."""
+    seen: list[Any] = []
+    turn_ended = False
+    for event in events:
+        seen.append(event)
+        turn_ended = turn_ended or event.type in ENDED
+        if (turn_ended and event.type == "agent.session.idle") or len(seen) == stop_after:
+            break
+    events.close()
+    return seen
+
+
+def test_a_turn_streams_to_completion_in_the_sdks_shapes(server: Server, tmp_path: Path) -> None:
+    client = _client(server, "tenant-stream")
+    sessions = client.beta.agents.sessions
+    session = sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
+    # The SDK's own helper: subscribe, submit the input, follow the turn to idle.
+    with sessions.stream(session.id, input="hello stream") as turn:
+        assert _dispatch(server, tmp_path) == 1
+        result = turn.with_result_collection().get_final_result()
+    assert result.output_text == "Echo: hello stream"
+    assert result.turn.status == "completed"
+
+    # The raw stream of a second turn, every event typed by the SDK's union.
+    events = sessions.events.stream(session.id)
+    sessions.events.create(session.id, events=[message("again")])
+    assert _dispatch(server, tmp_path) == 1
+    seen = _until_idle(events)
+    kinds = [e.type for e in seen]
+    assert kinds[:3] == [
+        "agent.session.turn.created",
+        "agent.session.turn.item.added",
+        "agent.session.turn.in_progress",
+    ]
+    for kind in (
+        "agent.session.in_progress",
+        "agent.session.turn.output_text.delta",
+        "agent.session.turn.output_text.done",
+        "agent.session.turn.item.done",
+        "agent.session.turn.completed",
+    ):
+        assert kind in kinds, kinds
+    assert kinds[-1] == "agent.session.idle" and seen[-1].session.status == "idle"
+    assert type(seen[0]).__name__ == "AgentSessionTurnCreatedEvent"
+    assert seen[1].item.content[0].text == "again"
+    done = [e for e in seen if e.type == "agent.session.turn.item.done"]
+    assert done[-1].item.role == "assistant" and done[-1].item.content[0].text == "Echo: again"
+    completed = next(e for e in seen if e.type == "agent.session.turn.completed")
+    assert completed.turn.id == seen[0].turn_id and completed.usage.total_tokens > 0
+    assert len({e.event_id for e in seen}) == len(seen)
+
+
+def test_a_stream_reconnected_with_its_last_event_id_misses_nothing(
+    server: Server, tmp_path: Path
+) -> None:
+    client = _client(server, "tenant-resume")
+    sessions = client.beta.agents.sessions
+    session = sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
+    first = sessions.events.stream(session.id)
+    long = {"mode": "long", "ticks": 20, "tick_ms": 100}
+    sessions.events.create(session.id, events=[message("count", scripted=long)])
+    assert _dispatch(server, tmp_path) == 1
+    before = _until_idle(first, stop_after=8)  # mid-turn: the ticks are still coming
+    assert before[-1].type not in ENDED
+    resumed = sessions.events.stream(
+        session.id, extra_headers={"Last-Event-ID": before[-1].event_id}
+    )
+    after = _until_idle(resumed)
+    assert after[-1].type == "agent.session.idle"
+
+    # The whole turn read again from its first event: the two halves are exactly it.
+    whole = _until_idle(
+        sessions.events.stream(session.id, extra_headers={"Last-Event-ID": before[0].event_id})
+    )
+    assert [e.event_id for e in before[1:] + after] == [e.event_id for e in whole]
+    deltas = [e.delta for e in before + after if e.type == "agent.session.turn.output_text.delta"]
+    assert "".join(deltas).startswith("tick0 tick1 tick2")
+    assert wait_for(lambda: sessions.retrieve(session.id).status == "idle")
+    with pytest.raises(openai.BadRequestError):
+        sessions.events.stream(session.id, extra_headers={"Last-Event-ID": "not:an-id"})

@@ -44,6 +44,11 @@ BEAT_SCHEDULE["outbox-prune"] = every(300, TaskName.PRUNE_OUTBOX)
 # pending index, so every 5 s is cheap.
 BEAT_SCHEDULE["queue-schedule"] = every(5, TaskName.SCHEDULE_QUEUE)
 
+# Approvals past their `expires_at` resolve `expired` and the waiting runner's backend is
+# denied; the sweep reads only the partial pending index, so every 10 s is cheap and keeps
+# an expiry within seconds of its deadline (an answer after it is refused anyway).
+BEAT_SCHEDULE["expire-approvals"] = every(10, TaskName.EXPIRE_APPROVALS)
+
 # Operator doctor: logs impossible states and repairs nothing (`agentrun_doctor --fix` does,
 # once a person has read why). They come from bugs, crashes between systems or hand edits,
 # not from load, so every 10 min is prompt enough; its checks are bounded, indexed reads.

@@ -2,8 +2,9 @@
 
 - Counters: events appended (by type), dispatch intents by outcome (claimed, dispatched,
   retried, failed, waiting, fenced), outbox records by outcome (delivered, retried,
-  refused). Each is incremented only once its work committed: events through
-  `transaction.on_commit`, dispatch and relay batches after their last transaction.
+  refused), tokens runners reported (by backend profile and kind). Each is incremented
+  only once its work committed: events through `transaction.on_commit`, dispatch and relay
+  batches after their last transaction, tokens after their append.
 - `agentrun_http_request_duration_seconds` by method, route *pattern* and status code (the
   resolved pattern, never the raw path: an id in a label would make a series per object
   and name other tenants' objects).
@@ -62,6 +63,14 @@ STREAMS_OPEN = Gauge(
     registry=REGISTRY,
     multiprocess_mode="livesum",
 )
+# Per backend profile only: a tenant label would name tenants on an unauthenticated page.
+TOKENS_USED = Counter(
+    "agentrun_tokens",
+    "Tokens reported by runners' token_usage events, by backend profile and kind (input, "
+    "cached_input, output, reasoning, total).",
+    ["backend_profile", "kind"],
+    registry=REGISTRY,
+)
 LONG_POLL_WAITERS = Gauge(
     "agentrun_long_poll_waiters",
     "Event long-polls waiting now.",
@@ -75,6 +84,27 @@ def count_events_on_commit(types: Iterable[str]) -> None:
     none is open); a rollback counts nothing."""
     tally = Tally(types)
     transaction.on_commit(lambda: _count(EVENTS_APPENDED, tally))
+
+
+_TOKEN_KINDS = {
+    "input_tokens": "input",
+    "cached_input_tokens": "cached_input",
+    "output_tokens": "output",
+    "reasoning_output_tokens": "reasoning",
+    "total_tokens": "total",
+}
+
+
+def count_tokens(backend_profile: str, payloads: Iterable[dict[str, object]]) -> None:
+    """Count the tokens of committed `token_usage` payloads (other payloads add nothing)."""
+    tally: Tally[str] = Tally()
+    for payload in payloads:
+        for key, kind in _TOKEN_KINDS.items():
+            value = payload.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                tally[kind] += value
+    for kind, value in tally.items():
+        TOKENS_USED.labels(backend_profile, kind).inc(value)
 
 
 def count_dispatch(outcomes: Mapping[str, int]) -> None:

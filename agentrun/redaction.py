@@ -33,6 +33,14 @@ _SAFE_KEYS = frozenset(
         "max_tokens",
         "tokens",
         "token_count",
+        "thread_total_tokens",
+        # Budgets and quotas (SPEC §9.4): counts.
+        "max_total_tokens",
+        "turn_tokens",
+        "run_tokens_before_turn",
+        "reasoning_tokens",
+        "max_tokens_per_day",
+        "used_tokens",
         "cancel_request_id",
     }
 )

@@ -31,6 +31,7 @@ class TaskName(enum.StrEnum):
     PRUNE_OUTBOX = "outbox.prune"
     SCHEDULE_QUEUE = "queue.schedule_batch"
     DOCTOR_REPORT = "agentrun.doctor_report"
+    EXPIRE_APPROVALS = "runs.expire_approvals"
 
 
 TASK_QUEUES: dict[TaskName, TaskQueue] = {
@@ -41,6 +42,7 @@ TASK_QUEUES: dict[TaskName, TaskQueue] = {
     TaskName.RECONCILE_RUNNER_JOBS: TaskQueue.MAINTENANCE,
     TaskName.PRUNE_OUTBOX: TaskQueue.MAINTENANCE,
     TaskName.DOCTOR_REPORT: TaskQueue.MAINTENANCE,
+    TaskName.EXPIRE_APPROVALS: TaskQueue.MAINTENANCE,
 }
 
 # Plain strings: Celery matches a message's task name against these keys.

@@ -6,7 +6,10 @@
    until the lease runs out. Any of these stops the runner and interrupts the backend.
 3. Commands are executed in seq order: each is acknowledged, a `turn` runs on the backend
    while a poller feeds later `steer`s into it and turns an `interrupt` into an interrupt,
-   and the command is finished with the thread and turn ids the backend reported.
+   and the command is finished with the thread and turn ids the backend reported. Under
+   `approval_policy: ask` a backend's approval request waits for a person's answer through
+   the API (`runner/approvals.py`); with `budget.max_total_tokens` the turn is stopped
+   (`budget_reached`, failed `budget-exceeded`) once the run's usage crosses it.
 4. When no command is left, the run is finished with the last turn's outcome.
 """
 
@@ -18,6 +21,7 @@ import time
 import uuid
 from typing import Any
 
+from runner.approvals import PersonApprovals
 from runner.backends import backend_for
 from runner.backends.base import Backend, TurnControl, TurnInput, TurnOutcome
 from runner.client import ApiClient, ApiError, ApiUnavailable
@@ -41,6 +45,7 @@ class Runner:
         self.fence: dict[str, Any] = {}
         self.control: TurnControl | None = None
         self.last_seq = 0
+        self.policy: dict[str, Any] = {}
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -48,6 +53,7 @@ class Runner:
         run = self._claim()
         if run is None:
             return EXIT_FINISHED
+        self.policy = dict(run.get("execution_policy") or {})
         backend = backend_for(run, self._capabilities(run["backend_profile"]))
         stream = EventStream(
             self.api,
@@ -184,10 +190,12 @@ class Runner:
     def _run_turn(
         self, command: dict[str, Any], backend: Backend, stream: EventStream, thread_id: str | None
     ) -> TurnOutcome:
-        control = TurnControl(emit=stream.emit)
+        control = self._control(command, stream)
         self.control = control
         if self.stopped.is_set():
             control.interrupted.set()
+        if control.usage_limit is not None and control.usage_limit <= 0:
+            control.stop_for_budget(0)  # the run's budget is already spent: no turn at all
         poller = _SteerPoller(self, control, turn_seq=command["seq"])
         poller.start()
         try:
@@ -205,6 +213,14 @@ class Runner:
         poller.stop()
         stream.flush()
         self.control = None
+        if control.over_budget.is_set():
+            outcome = TurnOutcome(
+                "failed",
+                "budget-exceeded",
+                "the run's token budget was reached",
+                outcome.thread_id or thread_id,
+                outcome.turn_id,
+            )
         # Steers and interrupts absorbed by this turn end with it.
         absorbed = TurnOutcome(
             "cancelled" if outcome.terminal_status == "cancelled" else "completed"
@@ -212,6 +228,38 @@ class Runner:
         for steer in poller.absorbed:
             self._finish_command(steer, absorbed)
         return outcome
+
+    def _control(self, command: dict[str, Any], stream: EventStream) -> TurnControl:
+        """The turn's control: a person's approvals through the API, the budget left."""
+        control = TurnControl(emit=stream.emit)
+        control.ask = PersonApprovals(
+            self.api,
+            self.run_id,
+            command_id=command["id"],
+            fence=self.fence,
+            deadline=lambda: self.lease_deadline,
+            interrupted=control.interrupted,
+        )
+        budget = (self.policy.get("budget") or {}).get("max_total_tokens")
+        if isinstance(budget, int):
+            usage = self.api.get(f"/runs/{self.run_id}/usage", deadline=self.lease_deadline)
+            used = int(usage["total_tokens"])
+            control.usage_limit = budget - used
+
+            def reached(turn_tokens: int) -> None:
+                stream.emit(
+                    "budget_reached",
+                    {
+                        "command_id": command["id"],
+                        "max_total_tokens": budget,
+                        "run_tokens_before_turn": used,
+                        "turn_tokens": turn_tokens,
+                        "total_tokens": used + turn_tokens,
+                    },
+                )
+
+            control.on_budget = reached
+        return control
 
     def _ack(self, command: dict[str, Any]) -> None:
         self.api.post(f"/commands/{command['id']}/ack", self.fence, deadline=self.lease_deadline)

@@ -10,6 +10,7 @@ change columns that other writers read under the same lock, and the seed takes p
 from __future__ import annotations
 
 from agentrun.errors import not_found
+from runs.control_models import Approval, ApprovalState
 from runs.models import Command, Run, RunnerJob
 
 
@@ -88,3 +89,20 @@ def lock_run_unless_busy(run_id: str) -> Run | None:
     alive enough to leave for the next pass, so the reaper never waits behind a runner.
     """
     return Run.objects.select_for_update(skip_locked=True).filter(pk=run_id).first()
+
+
+def lock_approval(approval_id: str, *, run: Run) -> Approval:
+    """Lock one approval of an already locked run (run, then approval); 404 if it is not
+    that run's."""
+    approval = Approval.objects.select_for_update().filter(pk=approval_id, run=run).first()
+    if approval is None:
+        raise not_found("approval", approval_id)
+    return approval
+
+
+def lock_pending_approvals(run: Run, *, command_id: str | None = None) -> list[Approval]:
+    """Lock a locked run's pending approvals (of one command, if given), oldest first."""
+    pending = Approval.objects.select_for_update().filter(run=run, state=ApprovalState.PENDING)
+    if command_id is not None:
+        pending = pending.filter(command_id=command_id)
+    return list(pending.order_by("created_at", "id"))

@@ -44,6 +44,7 @@ class FailureKind(models.TextChoices):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     RUNNER_LEASE_CONFLICT = "runner-lease-conflict"
+    BUDGET_EXCEEDED = "budget-exceeded"  # the run's token budget ran out (SPEC §9.4)
 
 
 class CommandType(models.TextChoices):
@@ -78,6 +79,9 @@ class EventType(models.TextChoices):
     TOKEN_USAGE = "token_usage"
     LOG = "log"
     ERROR = "error"
+    APPROVAL_REQUESTED = "approval_requested"  # server-written: the approvals services
+    APPROVAL_RESOLVED = "approval_resolved"
+    BUDGET_REACHED = "budget_reached"  # the runner stopped a turn at its budget
 
 
 # What a runner may append. `terminal_status` and `user_message` are written by the server.
@@ -93,6 +97,7 @@ RUNNER_EVENT_TYPES = frozenset(
         "token_usage",
         "log",
         "error",
+        "budget_reached",
     }
 )
 RUNNER_EVENT_TYPE_CHOICES = [(name, name) for name in sorted(RUNNER_EVENT_TYPES)]
@@ -169,6 +174,8 @@ class Run(models.Model):
     cancel_request_id = models.TextField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(null=True, blank=True)
+    # Approvals waiting for a person (runs.services.approvals keeps it under the run lock).
+    pending_approvals = models.IntegerField(default=0)
 
     class Meta:
         db_table = "agentrun_runs"
@@ -394,3 +401,7 @@ class CancelRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.target_kind} {self.target_id}: {self.stage})"
+
+
+# Approvals and quotas live in their own module; imported here so Django registers them.
+from runs.control_models import Approval, TenantQuota  # noqa: E402, F401

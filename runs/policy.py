@@ -24,7 +24,10 @@ from rest_framework import serializers
 from runs.models import Backend
 
 SANDBOX_LEVELS = ("read-only", "workspace-write", "danger-full-access")
-APPROVAL_POLICIES = ("never", "on-request", "untrusted")
+# Codex's own policies, then agentrun's (SPEC §9.3): `auto` answers from `approvals`, `ask`
+# lets a person decide through the approvals API, `deny` refuses every request.
+CODEX_APPROVAL_POLICIES = ("never", "on-request", "untrusted")
+APPROVAL_POLICIES = (*CODEX_APPROVAL_POLICIES, "auto", "ask", "deny")
 APPROVAL_ANSWERS = ("decline", "accept")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 REASONING_SUMMARIES = ("auto", "concise", "detailed", "none")
@@ -36,12 +39,16 @@ CODEX_PROTOCOL = "codex-app-server-jsonrpc-stdio"
 SCRIPTED_PROTOCOL = "agentrun-scripted"
 
 # `never` is allowed by default: under a capped sandbox it means the agent can never
-# escalate, which is stricter than being asked. `accept` (approve every escalation) is not.
+# escalate, which is stricter than being asked. `accept` (approve every escalation) is not,
+# nor is `ask`: a tenant's person approving an escalation runs it outside the sandbox, so
+# an operator lists `ask` in a profile's ceiling to allow it. The scripted backend runs
+# nothing on the host, so it allows `ask` by default (tests and demos).
 DEFAULT_CEILING: dict[str, Any] = {
     "sandbox": "workspace-write",
-    "approval_policy": list(APPROVAL_POLICIES),
+    "approval_policy": [policy for policy in APPROVAL_POLICIES if policy != "ask"],
     "approvals": ["decline"],
 }
+SCRIPTED_CEILING: dict[str, Any] = {**DEFAULT_CEILING, "approval_policy": list(APPROVAL_POLICIES)}
 
 
 Check = Callable[[Any], str | None]  # a value → why it is refused, or None
@@ -71,6 +78,15 @@ def _timeout(value: Any) -> str | None:
     return f"must be a number of seconds from 1 to {MAX_TURN_TIMEOUT_S}"
 
 
+def _budget(value: Any) -> str | None:
+    """`{"max_total_tokens": N}`, N a positive integer (SPEC §9.4)."""
+    tokens = value.get("max_total_tokens") if isinstance(value, dict) else None
+    ok = isinstance(value, dict) and set(value) == {"max_total_tokens"}
+    if ok and isinstance(tokens, int) and not isinstance(tokens, bool) and 0 < tokens < 2**62:
+        return None
+    return 'must be {"max_total_tokens": N} with N a positive integer'
+
+
 def _approval_policy(value: Any) -> str | None:
     if isinstance(value, dict) and set(value) == {"granular"}:
         return None  # codex checks the granular flags; the ceiling decides if it is allowed
@@ -83,6 +99,7 @@ _COMMON: dict[str, Check] = {
     "approval_policy": _approval_policy,
     "approvals": _one_of(APPROVAL_ANSWERS),
     "turn_timeout_s": _timeout,
+    "budget": _budget,
 }
 ALLOWED_KEYS: dict[str, dict[str, Check]] = {
     CODEX_PROTOCOL: {
@@ -101,7 +118,8 @@ ALLOWED_KEYS: dict[str, dict[str, Check]] = {
 def ceiling_of(backend: Backend) -> dict[str, Any]:
     """The profile's ceiling, completed from `DEFAULT_CEILING`."""
     own = backend.policy_ceiling if isinstance(backend.policy_ceiling, dict) else {}
-    return {**DEFAULT_CEILING, **own}
+    default = SCRIPTED_CEILING if _protocol(backend) == SCRIPTED_PROTOCOL else DEFAULT_CEILING
+    return {**default, **own}
 
 
 def _protocol(backend: Backend) -> str:

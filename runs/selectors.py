@@ -17,6 +17,7 @@ from django.db.models.functions import JSONObject
 
 from agentrun.errors import invalid, not_found
 from agentrun.tenancy import Scope
+from runs.control_models import Approval
 from runs.models import (
     LEASED_RUN_STATUSES,
     TERMINAL_COMMAND_STATES,
@@ -229,3 +230,16 @@ def expired_lease_run_ids(*, cutoff: datetime, limit: int) -> list[str]:
     """Claimed or running runs whose lease expired before `cutoff`, oldest first."""
     runs = Run.objects.filter(status__in=LEASED_RUN_STATUSES, lease_expires_at__lte=cutoff)
     return list(runs.order_by("lease_expires_at").values_list("id", flat=True)[:limit])
+
+
+def approvals_of(*, run: Run) -> list[Approval]:
+    """A run (already read in the caller's scope)'s approvals, oldest first."""
+    return list(Approval.objects.filter(run=run).order_by("created_at", "id"))
+
+
+def approval_of(*, run: Run, approval_id: str) -> Approval:
+    """One approval of a run already read in the caller's scope; 404 otherwise."""
+    approval = Approval.objects.filter(pk=approval_id, run=run).first()
+    if approval is None:
+        raise not_found("approval", approval_id)
+    return approval

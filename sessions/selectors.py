@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Q, QuerySet, Value
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from agentrun import versions
 from agentrun.errors import not_found
 from agentrun.tenancy import Scope
+from runs.control_models import Approval, ApprovalState
 from runs.models import Event, Run
 from sessions.models import ExecutionState, Session, SessionReadCursor
 from sessions.versions import settle_feed
@@ -30,7 +31,7 @@ OUTPUT_EVENT_TYPES = (
     "error",
     "terminal_status",
 )
-SESSION_STATES = ("all", "running", "idle", "terminal", "unread")
+SESSION_STATES = ("all", "running", "idle", "terminal", "unread", "needs_action")
 
 
 def sessions_for(*, scope: Scope) -> QuerySet[Session]:
@@ -42,10 +43,27 @@ def get_session_for(*, scope: Scope, session_id: str) -> Session:
 
 
 def with_read_version(sessions: QuerySet[Session], reader_id: str | None) -> QuerySet[Session]:
+    """The sessions with `read_version` for `reader_id` and their `pending_approvals` (in
+    the same statement: a subquery over the partial index of pending approvals)."""
     cursors = SessionReadCursor.objects.all()
-    return versions.with_read_version(
+    read = versions.with_read_version(
         sessions, cursors, row="session", version="session_version", reader_id=reader_id
     )
+    annotated: QuerySet[Session] = read.annotate(
+        pending_approvals=pending_approvals_of(OuterRef("session_id"))
+    )
+    return annotated
+
+
+def pending_approvals_of(session_id: OuterRef) -> Coalesce:
+    pending = (
+        Approval.objects.filter(session_id=session_id, state=ApprovalState.PENDING)
+        .order_by()
+        .values("session_id")
+        .annotate(count=Count("id"))
+        .values("count")
+    )
+    return Coalesce(Subquery(pending, output_field=IntegerField()), Value(0))
 
 
 @dataclass(frozen=True)
@@ -70,6 +88,8 @@ def list_sessions(
         sessions = sessions.filter(backend_profile=backend_profile)
     if state == "unread":
         sessions = sessions.filter(version__gt=Coalesce("read_version", Value(0)))
+    elif state == "needs_action":  # a person must answer an approval (SPEC §9.3)
+        sessions = sessions.filter(pending_approvals__gt=0)  # type: ignore[misc]
     elif state != "all":
         sessions = sessions.filter(execution_state=ExecutionState(state))
     if cursor is None:
@@ -84,6 +104,11 @@ def list_sessions(
 def session_summary(*, session: Session, reader_id: str | None) -> Session:
     """The session with `read_version` for `reader_id`, so `is_unread` can answer."""
     return with_read_version(Session.objects.filter(pk=session.pk), reader_id).get()
+
+
+def session_runs(*, session: Session) -> QuerySet[Run]:
+    """Every run of the session (of its tenant: a session belongs to one)."""
+    return Run.objects.filter(tenant_id=session.tenant_id, session_ref__session_id=session.pk)
 
 
 def resolve_session_run(*, session: Session, run_id: str | None) -> str | None:

@@ -22,6 +22,7 @@ from queues import selectors
 from queues.api import serializers as s
 from queues.models import QueueTask
 from queues.services import attempt_retries, tasks
+from runs.usage import check_tenant_quota
 
 ATTEMPT = r"attempts/(?P<attempt_id>[^/]+)"
 ATTEMPT_ID = OpenApiParameter("attempt_id", str, OpenApiParameter.PATH)
@@ -69,6 +70,7 @@ class QueueTaskViewSet(api.ObjectViewSet):
     def create(self, request: Request) -> Response:
         body = api.body(s.TaskCreateIn, request)
         tenant_id = api.tenant_for_write(request_key(request), body.validated_data.get("tenant_id"))
+        check_tenant_quota(tenant_id=tenant_id)  # 429 `quota_exceeded` past the tenant's quota
         result = tasks.create_task(tenant_id=tenant_id, spec=body.spec())
         return api.created_or_replayed(result.task, s.TaskOut, result.created)
 

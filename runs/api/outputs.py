@@ -48,9 +48,17 @@ class RunOut(serializers.ModelSerializer[Run]):
             "lease_expires_at",
             "lease_epoch",
             *run_fields.CANCEL_MARK_FIELDS,
+            "pending_approvals",
+            "requires_action",
             "created_at",
             "updated_at",
         ]
+
+    # A person must decide something before the run can go on (SPEC §9.3).
+    requires_action = serializers.SerializerMethodField()
+
+    def get_requires_action(self, run: Run) -> bool:
+        return run.pending_approvals > 0 and not run.is_terminal
 
 
 def without_host_details(result: Any) -> Any:

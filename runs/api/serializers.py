@@ -206,6 +206,30 @@ def _refuse_server_phase(item: dict[str, Any], *, field: str) -> None:
         )
 
 
+# The `token_usage` fields the usage sums read: each a non-negative integer when given.
+USAGE_KEYS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+    "total_tokens",
+)
+
+
+def _check_usage(item: dict[str, Any], *, field: str) -> None:
+    """A `token_usage` payload must hold integers the usage sums can add (SPEC §9.4)."""
+    if item.get("type") != "token_usage":
+        return
+    payload = item.get("payload") or {}
+    for key in USAGE_KEYS:
+        value = payload.get(key)
+        bad = not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**53
+        if key in payload and bad:
+            raise serializers.ValidationError({field: [f"{key} must be a non-negative integer"]})
+    if "model" in payload and not isinstance(payload["model"], str | None):
+        raise serializers.ValidationError({field: ["model must be a string"]})
+
+
 class EventAppendIn(RunnerWriteIn):
     """One event (`type`, `payload`) or a batch (`events`), appended atomically."""
 
@@ -225,7 +249,9 @@ class EventAppendIn(RunnerWriteIn):
             raise serializers.ValidationError({"payload": ["payload goes inside each event"]})
         items = [attrs] if single else attrs["events"]
         for index, item in enumerate(items):
-            _refuse_server_phase(item, field="payload" if single else f"events.{index}.payload")
+            where = "payload" if single else f"events.{index}.payload"
+            _refuse_server_phase(item, field=where)
+            _check_usage(item, field=where)
         return attrs
 
     def new_events(self) -> list[NewEvent]:

@@ -3,7 +3,7 @@
 from django.urls import URLPattern, path
 from rest_framework.routers import SimpleRouter
 
-from runs.api import views
+from runs.api import approvals, usage, views
 from runs.api.stream_views import RunStreamView, sse_route
 
 router = SimpleRouter(trailing_slash=False)
@@ -24,3 +24,11 @@ urlpatterns = [
 urlpatterns.append(
     path("runs/<str:pk>/stream", sse_route(RunStreamView.as_view()), name="run-stream")
 )
+
+urlpatterns += [
+    path("runs/<str:run_id>/approvals", approvals.RunApprovalsView.as_view()),
+    path("runs/<str:run_id>/approvals/<str:approval_id>", approvals.ApprovalView.as_view()),
+    path("runs/<str:run_id>/usage", usage.RunUsageView.as_view()),
+    path("usage", usage.TenantUsageView.as_view()),
+    path("quotas/<str:tenant_id>", usage.QuotaView.as_view()),
+]

@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from agentrun import api
 from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOperator, request_key
 from agentrun.errors import invalid
+from agentrun.metrics import count_tokens
 from agentrun.pagination import PageQuery, SeqCursorQuery
 from agentrun.schema import items_of
 from runs import selectors
@@ -30,6 +31,7 @@ from runs.api import outputs as o
 from runs.api import serializers as s
 from runs.api.filters import RunFilter, run_filter_parameters
 from runs.services import cancellation, command_lifecycle, event_log, lifecycle, runners
+from runs.usage import check_tenant_quota
 from runs.waiting import await_event, release_connection, reread_slot, wait_for_event
 
 
@@ -234,6 +236,9 @@ class RunViewSet(api.ObjectViewSet):
             lease_epoch=body.validated_data["lease_epoch"],
             events=body.new_events(),
         )
+        if appended:
+            usage_events = (e.payload for e in appended if e.type == "token_usage")
+            count_tokens(appended[0].run.backend_profile, usage_events)
         return Response(
             {"items": o.EventOut(appended, many=True).data}, status=status.HTTP_201_CREATED
         )
@@ -255,6 +260,8 @@ class RunViewSet(api.ObjectViewSet):
             items = selectors.commands_page(run=run, **query)
             return Response({"items": o.CommandOut(items, many=True).data})
         body = api.body(s.CommandCreateIn, request)
+        if body.validated_data["type"] == "turn":
+            check_tenant_quota(tenant_id=run.tenant_id)  # 429 `quota_exceeded`
         result = command_lifecycle.create_command(run_id=run.id, **body.validated_data)
         return api.created_or_replayed(result.command, o.CommandOut, result.created)
 

@@ -35,6 +35,7 @@ from runs.models import (
     RunStatus,
 )
 from runs.phases import Phase
+from runs.services.approvals import resolve_pending_approvals_locked
 from runs.services.event_log import PendingEvents, collecting
 from runs.services.terminal import TurnResult, release_claim_locked, terminalize_run_locked
 from sessions import projection
@@ -148,6 +149,9 @@ def _cancel_open_command_locked(
     onto its session and task. Needs the run and command locks."""
     cancel = _open_request(run, command, reason=reason, requested_by=requested_by, events=events)
     _cancel_command_row(run, command, cancel, reason=reason)
+    resolve_pending_approvals_locked(
+        run, state="cancelled", reason=reason, command_id=command.id, events=events
+    )
     _record_stage(events, run, cancel, CancelStage.PERSISTED)
     runner_live = run.claimed_by is not None or command.acknowledged_at is not None
     _deliver(

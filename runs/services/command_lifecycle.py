@@ -23,6 +23,7 @@ from dispatch import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
 from runs.phases import Phase
+from runs.services.approvals import resolve_pending_approvals_locked
 from runs.services.event_log import (
     PendingEvents,
     collecting,
@@ -275,6 +276,9 @@ def _terminalize_command_locked(
     command.state = _STATE_FROM_TERMINAL.get(result.terminal_status, CommandState.FAILED)
     command.updated_at = timezone.now()
     command.save(update_fields=["state", "updated_at"])
+    resolve_pending_approvals_locked(
+        run, state="cancelled", reason="its turn ended", command_id=command.id, events=events
+    )
     intents.fence_open_intents_locked(
         run=run, command=command, reason=f"command terminalized as {command.state}"
     )

@@ -23,6 +23,7 @@ from dispatch import intents
 from queues import projection as queue_projection
 from runs.models import RUN_OUTCOME_FIELDS, Command, CommandState, Lease, Run, RunStatus
 from runs.phases import Phase
+from runs.services.approvals import resolve_pending_approvals_locked
 from runs.services.event_log import PendingEvents, collecting
 from sessions import projection
 
@@ -102,6 +103,9 @@ def terminalize_run_locked(
     pending events, if it collects them (else `terminal_status` is appended here)."""
     with collecting(events) as events:
         _save_terminal_status(run, result=result)
+        resolve_pending_approvals_locked(
+            run, state="cancelled", reason=f"the run ended: {run.status}", events=events
+        )
         Lease.objects.filter(run=run).delete()
         intents.fence_open_intents_locked(run=run, reason=f"run terminalized as {run.status}")
         revoke_run_keys_locked(run.id)  # the agent saw its key: it ends with the run

@@ -15,6 +15,7 @@ from agentrun.validation import (
 )
 from runs.api.outputs import CancelRequestOut, CommandOut, EventOut, RunOut
 from runs.api.serializers import COMMAND_PAYLOAD_MAX, REF_MAX, DispatchField, WorkspaceRefIn
+from runs.control_models import Approval, ApprovalState
 from runs.policy import check_execution_policy
 from runs.services.lifecycle import RunSpec
 from sessions.models import Session, SessionReadCursor, StorageKind
@@ -166,9 +167,24 @@ class StorageIn(StrictSerializer):
 
 
 class SessionOut(UnreadOut, serializers.ModelSerializer[Session]):
+    # Approvals of the session's runs waiting for a person (SPEC §9.3).
+    pending_approvals = serializers.SerializerMethodField()
+    requires_action = serializers.SerializerMethodField()
+
     class Meta:
         model = Session
         exclude: list[str] = []
+
+    def get_pending_approvals(self, session: Session) -> int:
+        found = getattr(session, "pending_approvals", None)
+        if found is None:  # a row written and returned by a service, not a selector's
+            found = Approval.objects.filter(
+                session_id=session.session_id, state=ApprovalState.PENDING
+            ).count()
+        return int(found)
+
+    def get_requires_action(self, session: Session) -> bool:
+        return self.get_pending_approvals(session) > 0
 
 
 class SessionPageOut(serializers.Serializer[Any]):

@@ -15,7 +15,9 @@ from rest_framework.response import Response
 
 from agentrun import api
 from agentrun.auth import IsClientOrOperator, request_key
+from runs import usage
 from runs.api.outputs import CommandOut
+from runs.api.usage import UsageOut
 from sessions import selectors
 from sessions.api import serializers as s
 from sessions.services import admission, lifecycle, steering
@@ -74,10 +76,14 @@ class SessionViewSet(api.ObjectViewSet):
         body = api.body(s.TurnIn, request)
         api_key = request_key(request)
         data = body.validated_data
+        tenant_id = api.tenant_for_write(api_key, data.get("tenant_id"))
+        usage.check_tenant_quota(
+            tenant_id=tenant_id
+        )  # 429 `quota_exceeded` past the tenant's quota
         result = admission.admit_turn(
             request=TurnRequest(
                 session_id=pk,
-                tenant_id=api.tenant_for_write(api_key, data.get("tenant_id")),
+                tenant_id=tenant_id,
                 spec=body.spec(pk),
                 payload=data["command"]["payload"],
                 run_id=data["run"].get("id"),
@@ -140,6 +146,13 @@ class SessionViewSet(api.ObjectViewSet):
             output_only=output_only,
         )
         return _event_page(pk, run_id, items, query["after_seq"])
+
+    @extend_schema(responses=UsageOut)
+    @action(detail=True, methods=["get"])
+    def usage(self, request: Request, pk: str) -> Response:
+        session = selectors.get_session_for(scope=api.request_scope(request), session_id=pk)
+        found = usage.runs_usage(runs=selectors.session_runs(session=session))
+        return Response({"session_id": session.session_id, **UsageOut(found).data})
 
     @extend_schema(request=s.ReadIn, responses=s.ReadCursorOut)
     @action(detail=True, methods=["post"])

@@ -31,6 +31,7 @@ class CodexBackend:
         self._process: CodexProcess | None = None
         self._thread_id: str | None = None  # the thread loaded in the current process
         self._workdir: str | None = None
+        self._model: str | None = None  # the thread's model, as codex reported it
 
     # ---- the Backend interface -------------------------------------------------------
 
@@ -41,6 +42,7 @@ class CodexBackend:
         try:
             process = self._ensure_process()
             ids["thread_id"] = self._ensure_thread(process, turn, control)
+            ids["model"] = self._model
             return Turn(
                 process, ids, turn, control, policy=self.policy, on_stuck=self._discard
             ).run()
@@ -124,6 +126,7 @@ class CodexBackend:
                     timeout_s=RPC_TIMEOUT_S,
                 )
                 self._thread_id = str(result["thread"]["id"])
+                self._model = result.get("model") or self._model
                 control.emit(
                     "backend_status",
                     {**ids, "phase": RunnerPhase.THREAD_RESUMED, "thread_id": self._thread_id},
@@ -141,6 +144,7 @@ class CodexBackend:
                 )
         result = process.request("thread/start", self._thread_params(), timeout_s=RPC_TIMEOUT_S)
         self._thread_id = str(result["thread"]["id"])
+        self._model = result.get("model") or self._model
         control.emit(
             "backend_status",
             {

@@ -20,7 +20,8 @@ From the policy (already checked against the profile's ceilings by the API):
   model, sandbox, approval_policy, developer_instructions  → `thread/start`/`thread/resume`;
   reasoning_effort, reasoning_summary                       → `turn/start` (effort, summary);
   approvals (decline | accept) and turn_timeout_s are the runner's own (`approvals.py`,
-  `turn.py`).
+  `turn.py`); approval_policy `auto | ask | deny` (agentrun's) runs codex `on-request`
+  and is the runner's to apply.
 Codex always runs with `features.plugins=false` and `check_for_update_on_startup=false`
 (no start-up network traffic), and with an allow-listed environment: `PATH`, `HOME`, the
 locale, `TZ`, its home, `TMPDIR` and the operator's passthrough names, nothing else of the
@@ -70,12 +71,24 @@ def thread_params(policy: dict[str, Any], cwd: str) -> dict[str, Any]:
     """The `thread/start` and `thread/resume` parameters the policy sets."""
     params: dict[str, Any] = {
         "cwd": cwd,
-        "approvalPolicy": policy.get("approval_policy", "never"),
+        "approvalPolicy": codex_approval_policy(policy),
         "model": policy.get("model"),
         "sandbox": policy.get("sandbox"),
         "developerInstructions": policy.get("developer_instructions"),
     }
     return {key: value for key, value in params.items() if value is not None}
+
+
+# agentrun's own approval policies (SPEC §9.3): codex must ask for each of them to apply.
+AGENTRUN_APPROVAL_POLICIES = ("auto", "ask", "deny")
+
+
+def codex_approval_policy(policy: dict[str, Any]) -> Any:
+    """Codex's `approvalPolicy`: `on-request` under agentrun's `auto | ask | deny` (codex
+    asks; the runner answers, asks a person, or refuses), else codex's own as given
+    (default `never`)."""
+    chosen = policy.get("approval_policy", "never")
+    return "on-request" if chosen in AGENTRUN_APPROVAL_POLICIES else chosen
 
 
 def turn_params(policy: dict[str, Any]) -> dict[str, Any]:

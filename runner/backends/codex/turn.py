@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runner.backends.base import TurnControl, TurnInput, TurnOutcome
-from runner.backends.codex.approvals import approval_answer, policy_decision, unsupported_error
+from runner.backends.base import TurnControl, TurnInput, TurnOutcome, approval_decision
+from runner.backends.codex.approvals import approval_answer, approval_ask, unsupported_error
 from runner.backends.codex.config import turn_params
 from runner.backends.codex.events import clip, file_changes, text_input, tool_call, tool_output
 from runner.backends.codex.rpc import CodexProcess, RpcError, RpcTimeout
@@ -150,7 +150,6 @@ class Turn:
 
     def _answer(self, message: dict[str, Any]) -> None:
         method, params = str(message.get("method")), message.get("params") or {}
-        decision = policy_decision(self.policy)
         approval = "pproval" in method
         self._emit(
             "backend_status",
@@ -161,6 +160,12 @@ class Turn:
             command=params.get("command"),
             reason=params.get("reason"),
         )
+        decision = "decline"
+        ask = approval_ask(method, params, self.open_items.get(str(params.get("itemId"))))
+        if ask is not None:  # under `ask` this waits for a person; see approvals.py
+            kind, summary, details = ask
+            verdict = approval_decision(self.policy, self.control, kind, summary, details)
+            decision = "accept" if verdict == "approve" else "decline"
         result, answered = approval_answer(method, params, decision)
         if result is None:
             self.process.respond(message["id"], error=unsupported_error(method))
@@ -230,6 +235,8 @@ class Turn:
         if self.usage_base is None:  # the thread's total before this turn's first call
             self.usage_base = {k: total.get(k, 0) - last.get(k, 0) for k in total}
         self.usage = total
+        used = total.get("totalTokens", 0) - (self.usage_base or {}).get("totalTokens", 0)
+        self.control.note_usage(int(used))  # past the run's budget: the turn is interrupted
 
     def _error(self, params: dict[str, Any]) -> None:
         error = params.get("error") or {}
@@ -281,6 +288,7 @@ class Turn:
         turn = {key: value - base.get(key, 0) for key, value in self.usage.items()}
         self._emit(
             "token_usage",
+            model=self.outer_ids.get("model") or self.policy.get("model"),
             input_tokens=turn.get("inputTokens", 0),
             output_tokens=turn.get("outputTokens", 0),
             total_tokens=turn.get("totalTokens", 0),

@@ -18,6 +18,7 @@ from agentrun.tenancy import Scope
 from compat_openai import items as item_shapes
 from compat_openai import shapes
 from compat_openai.models import AgentSessionProfile
+from runs.control_models import Approval, ApprovalState
 from runs.models import TERMINAL_RUN_STATUSES, Command, Event, Run
 
 
@@ -57,16 +58,23 @@ def _usage_by_session(session_ids: list[str]) -> dict[str, dict[str, Any] | None
 
 
 def session_shapes(profiles: list[AgentSessionProfile]) -> list[dict[str, Any]]:
-    usage = _usage_by_session([p.pk for p in profiles])
+    ids = [p.pk for p in profiles]
+    usage, actions = _usage_by_session(ids), _required_actions(ids)
     return [
-        shapes.session_of(p, usage=usage[p.pk], required_actions=required_actions(p))
+        shapes.session_of(p, usage=usage[p.pk], required_actions=actions.get(p.pk, []))
         for p in profiles
     ]
 
 
-def required_actions(profile: AgentSessionProfile) -> list[dict[str, Any]]:
-    """The session's pending approvals as `mcp_approval_request`s (issue 20's approvals)."""
-    return []
+def _required_actions(session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The sessions' pending approvals (SPEC §9.3) as the SDK's `mcp_approval_request`
+    required actions: answered with `agent.session.input.mcp_approval_request_result`."""
+    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    pending = Approval.objects.filter(session_id__in=session_ids, state=ApprovalState.PENDING)
+    for approval in pending.order_by("created_at", "id"):
+        assert approval.session_id is not None
+        found[approval.session_id].append(shapes.required_action_of(approval))
+    return found
 
 
 def get_session(*, scope: Scope, session_id: str) -> dict[str, Any]:
@@ -104,7 +112,12 @@ def _turn_usage(commands: list[Command]) -> dict[str, dict[str, Any] | None]:
 def turn_shapes(profile: AgentSessionProfile, commands: list[Command]) -> list[dict[str, Any]]:
     usage = _turn_usage(commands)
     agent_id = shapes.agent_id_of(profile)
-    return [shapes.turn_of(c, c.run, agent_id=agent_id, usage=usage[c.id]) for c in commands]
+    return [
+        shapes.turn_of(
+            c, c.run, agent_id=agent_id, usage=usage[c.id], waiting=c.run.pending_approvals > 0
+        )
+        for c in commands
+    ]
 
 
 def list_turns(

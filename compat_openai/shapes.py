@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from compat_openai.models import AgentSessionProfile
+from runs.control_models import Approval
 from runs.models import Command, Run
 
 TURN_STATUS = {
@@ -164,6 +165,23 @@ def turn_of(
         "subagent_id": None,
         "usage": usage,
         "prompt_cache_options": None,
+    }
+
+
+def required_action_of(approval: Approval) -> dict[str, Any]:
+    """A pending approval as an `mcp_approval_request` (the SDK's approval that a person
+    answers): `request_id` is the approval's id, `turn_id` its turn command's."""
+    return {
+        "type": "mcp_approval_request",
+        "request_id": approval.id,
+        "turn_id": approval.command_id,
+        "request": {
+            "type": "mcp_tool_call",
+            "server_label": "agentrun",
+            "name": approval.kind,
+            "arguments": approval.details,
+            "message": approval.summary,
+        },
     }
 
 

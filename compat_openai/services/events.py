@@ -17,12 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentrun.errors import invalid
+from agentrun.errors import invalid, not_found
 from agentrun.tenancy import Scope
 from compat_openai.actions import Action, ApprovalAnswer, Cancel, Message
 from compat_openai.models import AgentSessionProfile
 from compat_openai.selectors import live_profile
+from runs.control_models import Approval
 from runs.models import Command
+from runs.services import approvals
 from runs.services.lifecycle import RunSpec
 from sessions.services import admission, steering
 from sessions.turns import TurnRequest
@@ -100,7 +102,7 @@ def _apply(
         return _message(profile, action, key, by)
     if isinstance(action, Cancel):
         return _cancel(profile, scope, by)
-    return answer_approval(profile=profile, scope=scope, answer=action, requested_by=by)
+    return answer_approval(profile=profile, answer=action, requested_by=by)
 
 
 def _message(profile: AgentSessionProfile, message: Message, key: str | None, by: str) -> Receipt:
@@ -154,11 +156,26 @@ def _cancel(profile: AgentSessionProfile, scope: Scope, by: str) -> Receipt:
 
 
 def answer_approval(
-    *, profile: AgentSessionProfile, scope: Scope, answer: ApprovalAnswer, requested_by: str
+    *, profile: AgentSessionProfile, answer: ApprovalAnswer, requested_by: str
 ) -> Receipt:
-    """Approvals are served once the approvals service is in (issue 20)."""
-    raise invalid(
-        "approval answers: this server has no approvals service yet",
-        field="events.request_id",
-        request_id=answer.request_id,
+    """A person's answer to a pending approval of the session (`runs` approvals: the first
+    answer wins; the same again replays; another one is a 409 `approval_decided`). The
+    SDK's `cancel` (dismiss the request) is a deny: agentrun's backends must be told one
+    or the other. Errors: 404 an approval of another session."""
+    approval = Approval.objects.filter(pk=answer.request_id, session_id=profile.pk).first()
+    if approval is None:
+        raise not_found("approval", answer.request_id)
+    decision = "deny" if answer.decision == "cancel" else answer.decision
+    result = approvals.answer_approval(
+        run_id=approval.run_id,
+        approval_id=approval.id,
+        decision=decision,
+        reason="dismissed through the Agents API" if answer.decision == "cancel" else None,
+        decided_by=requested_by,
+    )
+    return Receipt(
+        "agent.session.input.mcp_approval_request_result",
+        result.approval.state if result.changed else "replayed",
+        turn_id=result.approval.command_id,
+        run_id=result.approval.run_id,
     )

@@ -4,62 +4,32 @@ a stream reconnected mid-turn with the last event id it saw, with no gap and no 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from django.test import override_settings
 
-from agentrun.auth import issue_api_key
-from dispatch.services.launch import dispatch_batch
-from tests.compat_openai.conftest import ENVIRONMENT, message, openai, wait_for
-from tests.runtime.server import Server, serving
+from tests.compat_openai.conftest import (
+    ENDED,
+    ENVIRONMENT,
+    message,
+    openai,
+    server_client,
+    server_dispatch,
+    until_idle,
+    wait_for,
+)
+from tests.runtime.server import Server
 
-pytestmark = pytest.mark.django_db(transaction=True)
-ENDED = ("agent.session.turn.completed", "agent.session.turn.failed")
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    with serving() as running:
-        yield running
-
-
-def _client(server: Server, tenant: str) -> Any:
-    key = issue_api_key(tenant_id=tenant, role="client").secret
-    return openai.OpenAI(
-        api_key=key, base_url=f"http://127.0.0.1:{server.port}/openai/v1", max_retries=0
-    )
-
-
-def _dispatch(server: Server, tmp_path: Path) -> int:
-    with override_settings(
-        AGENTRUN_API_URL=f"http://127.0.0.1:{server.port}", AGENTRUN_DATA_DIR=tmp_path
-    ):
-        return dispatch_batch(owner="sdk-stream-test").dispatched
-
-
-def _until_idle(events: Any, *, stop_after: int | None = None) -> list[Any]:
-    """Events until the session goes idle after its turn ended (or `stop_after` of them)."""
-    seen: list[Any] = []
-    turn_ended = False
-    for event in events:
-        seen.append(event)
-        turn_ended = turn_ended or event.type in ENDED
-        if (turn_ended and event.type == "agent.session.idle") or len(seen) == stop_after:
-            break
-    events.close()
-    return seen
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("settled")]
 
 
 def test_a_turn_streams_to_completion_in_the_sdks_shapes(server: Server, tmp_path: Path) -> None:
-    client = _client(server, "tenant-stream")
+    client = server_client(server, "tenant-stream")
     sessions = client.beta.agents.sessions
     session = sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
     # The SDK's own helper: subscribe, submit the input, follow the turn to idle.
     with sessions.stream(session.id, input="hello stream") as turn:
-        assert _dispatch(server, tmp_path) == 1
+        assert server_dispatch(server, tmp_path) == 1
         result = turn.with_result_collection().get_final_result()
     assert result.output_text == "Echo: hello stream"
     assert result.turn.status == "completed"
@@ -67,8 +37,8 @@ def test_a_turn_streams_to_completion_in_the_sdks_shapes(server: Server, tmp_pat
     # The raw stream of a second turn, every event typed by the SDK's union.
     events = sessions.events.stream(session.id)
     sessions.events.create(session.id, events=[message("again")])
-    assert _dispatch(server, tmp_path) == 1
-    seen = _until_idle(events)
+    assert server_dispatch(server, tmp_path) == 1
+    seen = until_idle(events)
     kinds = [e.type for e in seen]
     assert kinds[:3] == [
         "agent.session.turn.created",
@@ -96,23 +66,23 @@ def test_a_turn_streams_to_completion_in_the_sdks_shapes(server: Server, tmp_pat
 def test_a_stream_reconnected_with_its_last_event_id_misses_nothing(
     server: Server, tmp_path: Path
 ) -> None:
-    client = _client(server, "tenant-resume")
+    client = server_client(server, "tenant-resume")
     sessions = client.beta.agents.sessions
     session = sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
     first = sessions.events.stream(session.id)
     long = {"mode": "long", "ticks": 20, "tick_ms": 100}
     sessions.events.create(session.id, events=[message("count", scripted=long)])
-    assert _dispatch(server, tmp_path) == 1
-    before = _until_idle(first, stop_after=8)  # mid-turn: the ticks are still coming
+    assert server_dispatch(server, tmp_path) == 1
+    before = until_idle(first, stop_after=8)  # mid-turn: the ticks are still coming
     assert before[-1].type not in ENDED
     resumed = sessions.events.stream(
         session.id, extra_headers={"Last-Event-ID": before[-1].event_id}
     )
-    after = _until_idle(resumed)
+    after = until_idle(resumed)
     assert after[-1].type == "agent.session.idle"
 
     # The whole turn read again from its first event: the two halves are exactly it.
-    whole = _until_idle(
+    whole = until_idle(
         sessions.events.stream(session.id, extra_headers={"Last-Event-ID": before[0].event_id})
     )
     assert [e.event_id for e in before[1:] + after] == [e.event_id for e in whole]

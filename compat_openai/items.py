@@ -21,6 +21,11 @@ from runs.models import Event
 # The events that open an item; `tool_output` completes a `tool_call`'s item.
 ITEM_EVENT_TYPES = ("user_message", "agent_message", "tool_call", "file_change")
 SERVER_LABEL = "agentrun"
+# Message events → (the SDK message's role, its content part type).
+MESSAGE_ROLES = {
+    "user_message": ("user", "input_text"),
+    "agent_message": ("assistant", "output_text"),
+}
 
 
 def _text(value: Any) -> str:
@@ -52,26 +57,11 @@ def item_of(
     """The item an event opens (with its tool output, if any), or None for other events."""
     payload = event.payload if isinstance(event.payload, dict) else {}
     base = {"id": event.id, "turn_id": turn_id}
-    if event.type == "user_message":
-        content = [{"type": "input_text", "text": _text(payload.get("text"))}]
-        return {
-            **base,
-            "type": "message",
-            "role": "user",
-            "content": content,
-            "status": "completed",
-            "phase": None,
-        }
-    if event.type == "agent_message":
-        content = [{"type": "output_text", "text": _text(payload.get("text"))}]
-        return {
-            **base,
-            "type": "message",
-            "role": "assistant",
-            "content": content,
-            "status": "completed",
-            "phase": None,
-        }
+    if event.type in MESSAGE_ROLES:
+        role, part = MESSAGE_ROLES[event.type]
+        content = [{"type": part, "text": _text(payload.get("text"))}]
+        return {**base, "type": "message", "role": role, "content": content,
+                "status": "completed", "phase": None}  # fmt: skip
     if event.type == "tool_call":
         return _tool_item(base, payload, output, turn_over)
     if event.type == "file_change":

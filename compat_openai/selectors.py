@@ -82,9 +82,17 @@ def get_session(*, scope: Scope, session_id: str) -> dict[str, Any]:
 
 
 def list_sessions(
-    *, scope: Scope, after: str | None, limit: int, order: str, metadata: dict[str, str]
+    *,
+    scope: Scope,
+    after: str | None,
+    limit: int,
+    order: str,
+    metadata: dict[str, str],
+    agent_id: str | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     rows = profiles_for(scope=scope)
+    if agent_id is not None:  # `agent_<backend profile>` (shapes.agent_id_of)
+        rows = rows.filter(session__backend_profile=agent_id.removeprefix("agent_"))
     if metadata:
         rows = rows.filter(metadata__contains=metadata)
     found, more = _cursor_page(rows, field="session_id", after=after, limit=limit, order=order)

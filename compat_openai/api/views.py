@@ -103,6 +103,7 @@ class SessionsView(AgentsView):
                 limit=query["limit"],
                 order=query["order"],
                 metadata=metadata,
+                agent_id=query.get("agent_id"),
             )
         )
 

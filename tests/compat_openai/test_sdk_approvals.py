@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from runs.control_models import Approval
-from tests.compat_openai.conftest import (
+from tests.compat_openai.world import (
     ENVIRONMENT,
+    client_for,
+    dispatch_to,
     message,
     openai,
-    server_client,
-    server_dispatch,
+    server_url,
     until_idle,
 )
 from tests.runtime.server import Server
@@ -34,7 +35,7 @@ def _answer(request_id: str, decision: str) -> dict[str, object]:
 def test_an_approval_is_required_answered_through_the_sdk_and_the_turn_completes(
     server: Server, tmp_path: Path
 ) -> None:
-    client = server_client(server, "tenant-approve")
+    client = client_for(server_url(server), "tenant-approve")
     sessions = client.beta.agents.sessions
     session = sessions.create(
         environment=ENVIRONMENT,
@@ -44,7 +45,7 @@ def test_an_approval_is_required_answered_through_the_sdk_and_the_turn_completes
     events = sessions.events.stream(session.id)
     asking = {"mode": "ask", "command": "touch built.txt"}
     sessions.events.create(session.id, events=[message("make it", scripted=asking)])
-    assert server_dispatch(server, tmp_path) == 1
+    assert dispatch_to(server_url(server), tmp_path) == 1
     seen = []
     for event in events:
         seen.append(event)

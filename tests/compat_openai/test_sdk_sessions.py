@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from agentrun.auth import issue_api_key
 from compat_openai.models import AgentSessionProfile
 from sessions.models import Session
-from tests.compat_openai.conftest import ENVIRONMENT, openai
+from tests.compat_openai.world import ENVIRONMENT, openai
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,6 +48,8 @@ def test_create_retrieve_update_list_delete(sdk: Any) -> None:
     ]  # the SDK's auto-pagination follows `after`
     filtered = client.beta.agents.sessions.list(metadata={"team": "red"})
     assert [s.id for s in filtered] == [created.id]
+    assert list(client.beta.agents.sessions.list(agent_id="agent_codex")) == []
+    assert len(list(client.beta.agents.sessions.list(agent_id=created.agent.id))) == 2
 
     deleted = client.beta.agents.sessions.delete(created.id)
     assert (deleted.id, deleted.deleted, deleted.object) == (
@@ -134,3 +137,34 @@ def test_an_unknown_key_is_the_sdks_authentication_error(live_server: Any) -> No
     )
     with pytest.raises(openai.AuthenticationError):
         client.beta.agents.sessions.list()
+
+
+def test_initial_input_starts_a_turn_and_a_model_of_another_backend_is_a_conflict(
+    sdk: Any,
+) -> None:
+    sessions = sdk("tenant-input").beta.agents.sessions
+    session = sessions.create(
+        environment=ENVIRONMENT, agent={"model": "scripted"}, input="first words"
+    )
+    assert session.status == "in_progress"
+    [turn] = sessions.turns.list(session.id).data
+    assert turn.status == "queued" and turn.agent_id == "agent_scripted"
+    [item] = sessions.turns.items.list(turn.id, session_id=session.id).data
+    assert (item.role, item.content[0].text) == ("user", "first words")
+    assert Session.objects.get(pk=session.id).title == "first words"
+    with pytest.raises(openai.ConflictError) as raised:
+        sessions.update(session.id, agent={"model": "gpt-5.1-codex"})
+    assert raised.value.code == "session_boundary"
+
+
+def test_an_operator_key_writes_in_the_organization_it_names(live_server: Any) -> None:
+    secret = issue_api_key(tenant_id="ops", role="operator").secret
+    base = f"{live_server.url}/openai/v1"
+    named = openai.OpenAI(api_key=secret, base_url=base, organization="tenant-op", max_retries=0)
+    made = named.beta.agents.sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
+    assert Session.objects.get(pk=made.id).tenant_id == "tenant-op"
+    unnamed = openai.OpenAI(api_key=secret, base_url=base, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as raised:
+        unnamed.beta.agents.sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
+    assert raised.value.param == "tenant_id"
+    assert [s.id for s in unnamed.beta.agents.sessions.list()] == [made.id]  # every tenant

@@ -8,28 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat_openai.conftest import (
-    ENDED,
-    ENVIRONMENT,
-    message,
-    openai,
-    server_client,
-    server_dispatch,
-    until_idle,
-    wait_for,
-)
-from tests.runtime.server import Server
+from tests.compat_openai import world
+from tests.compat_openai.world import ENDED, ENVIRONMENT, message, openai, until_idle
+from tests.runtime.server import Server, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("settled")]
 
 
 def test_a_turn_streams_to_completion_in_the_sdks_shapes(server: Server, tmp_path: Path) -> None:
-    client = server_client(server, "tenant-stream")
+    client = world.client_for(world.server_url(server), "tenant-stream")
     sessions = client.beta.agents.sessions
     session = sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
     # The SDK's own helper: subscribe, submit the input, follow the turn to idle.
     with sessions.stream(session.id, input="hello stream") as turn:
-        assert server_dispatch(server, tmp_path) == 1
+        assert world.dispatch_to(world.server_url(server), tmp_path) == 1
         result = turn.with_result_collection().get_final_result()
     assert result.output_text == "Echo: hello stream"
     assert result.turn.status == "completed"
@@ -37,7 +29,7 @@ def test_a_turn_streams_to_completion_in_the_sdks_shapes(server: Server, tmp_pat
     # The raw stream of a second turn, every event typed by the SDK's union.
     events = sessions.events.stream(session.id)
     sessions.events.create(session.id, events=[message("again")])
-    assert server_dispatch(server, tmp_path) == 1
+    assert world.dispatch_to(world.server_url(server), tmp_path) == 1
     seen = until_idle(events)
     kinds = [e.type for e in seen]
     assert kinds[:3] == [
@@ -66,13 +58,13 @@ def test_a_turn_streams_to_completion_in_the_sdks_shapes(server: Server, tmp_pat
 def test_a_stream_reconnected_with_its_last_event_id_misses_nothing(
     server: Server, tmp_path: Path
 ) -> None:
-    client = server_client(server, "tenant-resume")
+    client = world.client_for(world.server_url(server), "tenant-resume")
     sessions = client.beta.agents.sessions
     session = sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
     first = sessions.events.stream(session.id)
     long = {"mode": "long", "ticks": 20, "tick_ms": 100}
     sessions.events.create(session.id, events=[message("count", scripted=long)])
-    assert server_dispatch(server, tmp_path) == 1
+    assert world.dispatch_to(world.server_url(server), tmp_path) == 1
     before = until_idle(first, stop_after=8)  # mid-turn: the ticks are still coming
     assert before[-1].type not in ENDED
     resumed = sessions.events.stream(

@@ -10,7 +10,8 @@ import pytest
 
 from runs.models import Command, Event
 from tests.builders import key_client
-from tests.compat_openai.conftest import ENVIRONMENT, message, openai, wait_for
+from tests.compat_openai.world import ENVIRONMENT, message, openai
+from tests.runtime.server import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +39,7 @@ def test_a_message_runs_a_turn_and_turns_and_items_match_agentruns_api(
     assert done["disposition"] == "created"
     assert sessions.retrieve(session.id).status == "in_progress"
     assert dispatch() == 1
-    turn = wait_for(lambda: _ended(client, session.id, done["turn_id"]), 60)
+    turn = wait_for(lambda: _ended(client, session.id, done["turn_id"]), within_s=60)
     assert turn.status == "completed" and turn.object == "agent.session.turn"
     assert turn.usage is not None and turn.usage.total_tokens > 0
     assert wait_for(lambda: sessions.retrieve(session.id).status == "idle")
@@ -90,7 +91,7 @@ def test_a_message_while_a_turn_runs_steers_it(sdk: Any, dispatch: Any) -> None:
         session.id, events=[message("and say blue")]
     ).http_response.json()["events"][0]
     assert (second["disposition"], second["turn_id"]) == ("steered", first["turn_id"])
-    turn = wait_for(lambda: _ended(client, session.id, first["turn_id"]), 60)
+    turn = wait_for(lambda: _ended(client, session.id, first["turn_id"]), within_s=60)
     assert turn.status == "completed"
     assert [t.id for t in sessions.turns.list(session.id)] == [first["turn_id"]]
     items = list(sessions.items.list(session.id, order="asc"))
@@ -121,7 +122,7 @@ def test_a_cancel_event_cancels_the_active_turn_with_a_receipt(sdk: Any, dispatc
     ).http_response.json()["events"][0]
     assert cancelled["disposition"] == "cancelled"
     assert cancelled["cancel_request_id"].startswith("cancel_")
-    turn = wait_for(lambda: _ended(client, session.id, started["turn_id"]), 30)
+    turn = wait_for(lambda: _ended(client, session.id, started["turn_id"]), within_s=30)
     assert turn.status == "cancelled"
     assert wait_for(lambda: sessions.retrieve(session.id).status == "idle")
     # Deleting is refused only while a turn is active; now it is not.

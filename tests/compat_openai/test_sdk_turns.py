@@ -4,6 +4,8 @@ stops it, one `Idempotency-Key` makes one turn; turns and items match agentrun's
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -143,3 +145,23 @@ def test_delete_while_a_turn_is_active_is_the_sdks_conflict_error(sdk: Any) -> N
                 session.id, events=[message(text)], idempotency_key="reused-key"
             )
     assert reused.value.code == "idempotency_mismatch"
+
+
+def test_one_idempotency_key_sent_by_racing_clients_makes_one_turn(sdk: Any) -> None:
+    client = sdk("tenant-race")
+    session = _new_session(client)
+    barrier = threading.Barrier(4)
+
+    def submit(_: int) -> dict[str, Any]:
+        mine = sdk("tenant-race")  # its own key and connection
+        barrier.wait()
+        answer = mine.beta.agents.sessions.events.with_raw_response.create(
+            session.id, events=[message("once")], idempotency_key="raced-key"
+        )
+        return answer.http_response.json()["events"][0]
+
+    with ThreadPoolExecutor(4) as pool:
+        receipts = list(pool.map(submit, range(4)))
+    assert len({r["turn_id"] for r in receipts}) == 1
+    assert sorted(r["disposition"] for r in receipts) == ["created", *["replayed"] * 3]
+    assert Command.objects.filter(run__session_ref__session_id=session.id).count() == 1

@@ -122,6 +122,7 @@ def test_another_tenants_session_is_the_sdks_not_found_error(sdk: Any) -> None:
         lambda: theirs.events.create(session.id, events=[{"type": "agent.session.input.cancel"}]),
         lambda: theirs.turns.list(session.id),
         lambda: theirs.items.list(session.id),
+        lambda: theirs.events.stream(session.id),
     ]
     for attempt in attempts:
         with pytest.raises(openai.NotFoundError) as raised:

@@ -83,3 +83,20 @@ def test_a_stream_reconnected_with_its_last_event_id_misses_nothing(
     assert wait_for(lambda: sessions.retrieve(session.id).status == "idle")
     with pytest.raises(openai.BadRequestError):
         sessions.events.stream(session.id, extra_headers={"Last-Event-ID": "not:an-id"})
+
+
+def test_a_failing_turn_streams_the_error_and_a_failed_turn(server: Server, tmp_path: Path) -> None:
+    client = world.client_for(world.server_url(server), "tenant-fail")
+    sessions = client.beta.agents.sessions
+    session = sessions.create(environment=ENVIRONMENT, agent={"model": "scripted"})
+    events = sessions.events.stream(session.id)
+    failing = {"mode": "fail", "message": "model exploded"}
+    sessions.events.create(session.id, events=[message("try", scripted=failing)])
+    assert world.dispatch_to(world.server_url(server), tmp_path) == 1
+    seen = until_idle(events)
+    error = next(e for e in seen if e.type == "error")
+    assert (error.error.message, error.error.type) == ("model exploded", "server_error")
+    failed = next(e for e in seen if e.type == "agent.session.turn.failed")
+    assert failed.turn.status == "failed"
+    assert (failed.turn.error.code, failed.turn.error.message) == ("server_error", "model exploded")
+    assert seen[-1].type == "agent.session.idle"

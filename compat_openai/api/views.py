@@ -68,6 +68,14 @@ class SessionsView(AgentsView):
         data = api.body(inputs.SessionCreateIn, request).validated_data
         key = request_key(request)
         tenant_id = api.tenant_for_write(key, _header_id(request, "OpenAI-Organization"))
+        # The initial input is checked before anything is written (a bad one creates nothing).
+        actions = (
+            inputs.parse_events(
+                [{"type": "agent.session.input.message", "input": _initial(data["input"])}]
+            )
+            if data.get("input")
+            else []
+        )
         profile = sessions.create_session(
             new=sessions.NewSession(
                 tenant_id=tenant_id,
@@ -80,19 +88,16 @@ class SessionsView(AgentsView):
                 execution_policy=data.get("execution_policy"),
             )
         )
-        if data.get("input"):
-            actions = inputs.parse_events(
-                [{"type": "agent.session.input.message", "input": _initial(data["input"])}]
-            )
+        scope = api.request_scope(request)
+        if actions:
             events.submit_events(
                 session_id=profile.pk,
-                scope=api.request_scope(request),
+                scope=scope,
                 actions=actions,
                 idempotency_key=None,
                 requested_by=key.id,
             )
-        found = selectors.get_session(scope=api.request_scope(request), session_id=profile.pk)
-        return Response(found, status=status.HTTP_200_OK)
+        return Response(selectors.get_session(scope=scope, session_id=profile.pk))
 
     def get(self, request: Request) -> Response:
         query, metadata = _list_query(request)

@@ -79,6 +79,14 @@ def test_bad_input_is_the_sdks_bad_request_error_naming_the_field(sdk: Any) -> N
             },
             "metadata",
         ),
+        (
+            {
+                "environment": ENVIRONMENT,
+                "agent": {"model": "scripted"},
+                "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}],
+            },
+            "events[0].input[0].content[0].type",
+        ),
     ]
     for arguments, param in cases:
         with pytest.raises(openai.BadRequestError) as raised:

@@ -126,6 +126,7 @@ INSTALLED_APPS = [
     "queues",
     "dispatch",
     "outbox",
+    "compat_openai",  # /openai/v1: the OpenAI Agents API surface over sessions (issue 22)
     "ops",  # the operations console, on top of every app
 ]
 

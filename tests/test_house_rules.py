@@ -11,7 +11,17 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["agentrun", "runs", "sessions", "queues", "dispatch", "outbox", "ops", "runner"]
+PACKAGES = [
+    "agentrun",
+    "runs",
+    "sessions",
+    "queues",
+    "dispatch",
+    "outbox",
+    "compat_openai",
+    "ops",
+    "runner",
+]
 SQL_WORDS = ("FOR UPDATE", "pg_advisory")
 
 

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from tests.layering import CODE_PACKAGES, imports_of_package
 
-SERVER_APPS = ("runs", "sessions", "queues", "dispatch", "outbox", "ops", "runner")
+SERVER_APPS = (
+    "runs",
+    "sessions",
+    "queues",
+    "dispatch",
+    "outbox",
+    "compat_openai",
+    "ops",
+    "runner",
+)
 
 
 def _offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
@@ -32,5 +41,17 @@ def test_nothing_imports_ops() -> None:
         for package in CODE_PACKAGES
         if package != "ops"
         for line in _offenders(package, ("ops",))
+    ]
+    assert offenders == []
+
+
+def test_only_ops_imports_the_agents_api_surface() -> None:
+    """`compat_openai` (issue 22) composes sessions and runs under `ops`: no app below it
+    imports it."""
+    offenders = [
+        line
+        for package in CODE_PACKAGES
+        if package not in ("compat_openai", "ops")
+        for line in _offenders(package, ("compat_openai",))
     ]
     assert offenders == []

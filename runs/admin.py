@@ -31,12 +31,11 @@ from agentrun.admin_console import (
     short_json,
 )
 from queues.projection import task_id_of
-from runs.control_models import Approval, TenantQuota
+from runs.control_models import Approval, CancelRequest, TenantQuota
 from runs.models import (
     CANCEL_MARK_FIELDS,
     RUN_OUTCOME_FIELDS,
     Backend,
-    CancelRequest,
     Command,
     Event,
     Lease,

@@ -1,4 +1,4 @@
-"""Human and budget control over runs: approvals (SPEC §9.3) and tenant quotas (§9.4).
+"""Control over runs: cancel requests, approvals (SPEC §9.3) and tenant quotas (§9.4).
 
 Kept beside `runs/models.py` (which is at its size limit) and imported at its end, so
 Django registers these models as the `runs` app's. An approval belongs to a run and the
@@ -11,7 +11,59 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from agentrun.db_schema import EMPTY_OBJECT
 from runs.models import Command, Run
+
+
+class CancelStage(models.TextChoices):
+    ACCEPTED = "accepted"
+    PERSISTED = "persisted"
+    FENCED = "fenced"
+    DELIVERED = "delivered"
+    ABORTING = "aborting"
+    TERMINALIZED = "terminalized"
+
+
+class CancelTargetKind(models.TextChoices):
+    RUN = "run"
+    COMMAND = "command"
+    SESSION = "session"
+    TASK = "task"
+
+
+class CancelRequest(models.Model):
+    id = models.TextField(primary_key=True)
+    target_kind = models.TextField(choices=CancelTargetKind.choices)
+    target_id = models.TextField()
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, null=True, blank=True, related_name="cancel_requests"
+    )
+    command = models.ForeignKey(
+        Command, on_delete=models.SET_NULL, null=True, blank=True, related_name="cancel_requests"
+    )
+    session_id = models.TextField(null=True, blank=True)
+    task_id = models.TextField(null=True, blank=True)
+    reason = models.TextField()
+    requested_by = models.TextField(null=True, blank=True)
+    epoch = models.IntegerField()
+    stage = models.TextField(choices=CancelStage.choices)
+    metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agentrun_cancel_requests"
+        indexes = [
+            models.Index(
+                fields=["target_kind", "target_id", "-created_at"],
+                name="agentrun_cancel_target_idx",
+            ),
+            models.Index(fields=["run", "-created_at"], name="agentrun_cancel_run_idx"),
+            models.Index(fields=["command", "-created_at"], name="agentrun_cancel_command_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.target_kind} {self.target_id}: {self.stage})"
 
 
 class ApprovalKind(models.TextChoices):

@@ -106,22 +106,6 @@ RUNNER_EVENT_TYPES = frozenset(
 RUNNER_EVENT_TYPE_CHOICES = [(name, name) for name in sorted(RUNNER_EVENT_TYPES)]
 
 
-class CancelStage(models.TextChoices):
-    ACCEPTED = "accepted"
-    PERSISTED = "persisted"
-    FENCED = "fenced"
-    DELIVERED = "delivered"
-    ABORTING = "aborting"
-    TERMINALIZED = "terminalized"
-
-
-class CancelTargetKind(models.TextChoices):
-    RUN = "run"
-    COMMAND = "command"
-    SESSION = "session"
-    TASK = "task"
-
-
 # How a run ended: the terminal transition writes them together, the API and admin show them.
 RUN_OUTCOME_FIELDS = ("terminal_status", "failure_kind", "failure_message")
 # A cancel request's mark on the run or command it targets (SPEC §9.7).
@@ -392,40 +376,6 @@ class RunnerJob(models.Model):
         return self.id
 
 
-class CancelRequest(models.Model):
-    id = models.TextField(primary_key=True)
-    target_kind = models.TextField(choices=CancelTargetKind.choices)
-    target_id = models.TextField()
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, null=True, blank=True, related_name="cancel_requests"
-    )
-    command = models.ForeignKey(
-        Command, on_delete=models.SET_NULL, null=True, blank=True, related_name="cancel_requests"
-    )
-    session_id = models.TextField(null=True, blank=True)
-    task_id = models.TextField(null=True, blank=True)
-    reason = models.TextField()
-    requested_by = models.TextField(null=True, blank=True)
-    epoch = models.IntegerField()
-    stage = models.TextField(choices=CancelStage.choices)
-    metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        db_table = "agentrun_cancel_requests"
-        indexes = [
-            models.Index(
-                fields=["target_kind", "target_id", "-created_at"],
-                name="agentrun_cancel_target_idx",
-            ),
-            models.Index(fields=["run", "-created_at"], name="agentrun_cancel_run_idx"),
-            models.Index(fields=["command", "-created_at"], name="agentrun_cancel_command_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.id} ({self.target_kind} {self.target_id}: {self.stage})"
-
-
-# Approvals and quotas live in their own module; imported here so Django registers them.
-from runs.control_models import Approval, TenantQuota  # noqa: E402, F401
+# Cancel requests, approvals and quotas live in their own module; imported here so Django
+# registers them as this app's models.
+import runs.control_models  # noqa: E402, F401

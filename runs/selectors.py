@@ -17,13 +17,12 @@ from django.db.models.functions import JSONObject
 
 from agentrun.errors import conflict, invalid, not_found
 from agentrun.tenancy import Scope
-from runs.control_models import Approval
+from runs.control_models import Approval, CancelRequest
 from runs.models import (
     LEASED_RUN_STATUSES,
     TERMINAL_COMMAND_STATES,
     TERMINAL_RUN_STATUSES,
     Backend,
-    CancelRequest,
     Command,
     Event,
     Run,

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runs.models import CancelRequest, Command, Run
+    from runs.control_models import CancelRequest
+    from runs.models import Command, Run
     from runs.services.lifecycle import RunSpec
 
 WHEN_BUSY = ("reject", "steer", "interrupt", "enqueue")

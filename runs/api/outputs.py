@@ -14,15 +14,8 @@ from rest_framework import serializers
 
 from agentrun.pagination import NumberedPageOut
 from runs import models as run_fields  # the field lists RunOut and CommandOut share
-from runs.models import (
-    Backend,
-    CancelRequest,
-    Command,
-    Event,
-    Run,
-    Runner,
-    RunnerJob,
-)
+from runs.control_models import CancelRequest
+from runs.models import Backend, Command, Event, Run, Runner, RunnerJob
 
 # What a local launch records about the host; shown to operators only (issue 16 finding 3).
 HOST_RESULT_KEYS = frozenset({"pid", "process_start", "log_path", "argv"})

@@ -23,17 +23,9 @@ from django.utils import timezone
 from agentrun.ids import new_id
 from dispatch import intents
 from queues import projection as queue_projection
+from runs.control_models import CancelRequest, CancelStage
 from runs.locks import lock_command, lock_run, lock_run_commands, lock_run_of_command
-from runs.models import (
-    CANCEL_MARK_FIELDS,
-    CancelRequest,
-    CancelStage,
-    Command,
-    CommandState,
-    FailureKind,
-    Run,
-    RunStatus,
-)
+from runs.models import CANCEL_MARK_FIELDS, Command, CommandState, FailureKind, Run, RunStatus
 from runs.phases import Phase
 from runs.services.approvals import resolve_pending_approvals_locked
 from runs.services.event_log import PendingEvents, collecting

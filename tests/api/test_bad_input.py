@@ -9,7 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from agentrun.validation import KIB, MIB
-from runs.models import CancelRequest, Command, Event, Run, Runner, RunnerJob
+from runs.control_models import CancelRequest
+from runs.models import Command, Event, Run, Runner, RunnerJob
 from tests.api.helpers import (
     API,
     call,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from runs.models import CancelRequest
+from runs.control_models import CancelRequest
 from tests.api.helpers import API, claimed_run_with_command, error_of, fencing, make_command
 from tests.builders import key_client, make_run
 

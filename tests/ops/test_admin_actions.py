@@ -13,7 +13,8 @@ from agentrun.tenancy import Scope
 from dispatch.models import RunnerDispatchIntent
 from outbox.models import KafkaEventOutbox
 from queues.models import QueueTask
-from runs.models import CancelRequest, Event, Run
+from runs.control_models import CancelRequest
+from runs.models import Event, Run
 from sessions.models import Session, SessionReadCursor
 from sessions.services.lifecycle import (
     StorageFacts,

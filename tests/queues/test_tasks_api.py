@@ -10,7 +10,8 @@ from pytest_django import DjangoAssertNumQueries
 
 from dispatch.models import RunnerDispatchIntent
 from queues.models import QueueTask
-from runs.models import CancelRequest, Run
+from runs.control_models import CancelRequest
+from runs.models import Run
 from tests.api.helpers import error_of
 from tests.builders import api_client, key_client
 from tests.queues.helpers import attempts, call, file_task, run_of, schedule, task, task_body

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs.models import CancelRequest, Command, Event, Lease, Run
+from runs.control_models import CancelRequest
+from runs.models import Command, Event, Lease, Run
 from runs.services.cancellation import cancel_command, cancel_run
 from runs.services.command_lifecycle import ack_command, create_command, finish_command
 from runs.services.lifecycle import finish_run

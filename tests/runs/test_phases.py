@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner.phases import LATE_WRITE_REJECTED, RunnerPhase
-from runs.models import CancelStage
+from runs.control_models import CancelStage
 from runs.phases import RUNNER_PHASES, Phase
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from runs.models import CancelRequest, Command, Event, RunnerJob
+from runs.control_models import CancelRequest
+from runs.models import Command, Event, RunnerJob
 from runs.services.cancellation import cancel_run
 from runs.services.command_lifecycle import ack_command
 from runs.services.runners import RunnerJobSpec, save_runner_job

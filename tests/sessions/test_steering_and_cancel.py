@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runs.models import CancelRequest, Command, Event, Run
+from runs.control_models import CancelRequest
+from runs.models import Command, Event, Run
 from tests.api.helpers import error_of
 from tests.builders import key_client
 from tests.sessions.helpers import admit

@@ -12,7 +12,8 @@ from rest_framework.test import APIClient
 
 from agentrun.auth import issue_api_key
 from dispatch.models import RunnerDispatchIntent
-from runs.models import CancelRequest, Command, Event, Run
+from runs.control_models import CancelRequest
+from runs.models import Command, Event, Run
 from runs.services.command_lifecycle import ack_command, finish_command
 from runs.services.lifecycle import claim_run, finish_run
 from runs.services.terminal import TurnResult

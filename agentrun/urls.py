@@ -23,6 +23,7 @@ urlpatterns = [
     path("api/v1/", include("sessions.api.urls")),
     path("api/v1/", include("queues.api.urls")),
     path("api/v1/outbox/", include("outbox.api.urls")),
+    path("api/v1/", include("webhooks.api.urls")),
 ]
 
 # Django's own error answers (unknown URL, bad request, server error) as the JSON envelope;

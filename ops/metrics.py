@@ -125,7 +125,28 @@ def _backlog_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
         "Age of the oldest pending task.",
         queue["oldest_pending_age_seconds"],
     )
+    yield from _webhook_families(status["webhooks"])
     yield from _run_families(status)
+
+
+def _webhook_families(webhooks: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
+    yield _gauge("agentrun_webhook_backlog", "Undelivered webhook deliveries.", webhooks["backlog"])
+    yield _gauge(
+        "agentrun_webhook_retrying", "Undelivered deliveries tried before.", webhooks["retrying"]
+    )
+    yield _gauge(
+        "agentrun_webhook_oldest_pending_age_seconds",
+        "Age of the oldest undelivered webhook delivery.",
+        webhooks["oldest_pending_age_seconds"],
+    )
+    yield _gauge(
+        "agentrun_webhook_failing_endpoints",
+        "Enabled endpoints whose last attempts all failed.",
+        webhooks["failing_count"],
+    )
+    yield _gauge(
+        "agentrun_webhook_disabled_endpoints", "Disabled endpoints.", webhooks["disabled_count"]
+    )
 
 
 def _run_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:

@@ -7,9 +7,9 @@ Each rule is one test over the import graph that `tests/layering.py` reads from 
 
 from __future__ import annotations
 
-from tests.layering import CODE_PACKAGES, imports_of_package
+from tests.layering import CODE_PACKAGES, LAYERS, imports_of_package
 
-SERVER_APPS = ("runs", "sessions", "queues", "dispatch", "outbox", "ops", "runner")
+SERVER_APPS = ("runs", "sessions", "queues", "dispatch", "outbox", "webhooks", "ops", "runner")
 
 
 def _offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
@@ -32,5 +32,16 @@ def test_nothing_imports_ops() -> None:
         for package in CODE_PACKAGES
         if package != "ops"
         for line in _offenders(package, ("ops",))
+    ]
+    assert offenders == []
+
+
+def test_packages_of_the_layer_table_import_only_their_layers() -> None:
+    """A package listed in `tests/layering.py` `LAYERS` imports only what its row allows."""
+    offenders = [
+        str(found)
+        for package, (allowed, _why) in LAYERS.items()
+        for found in imports_of_package(package, type_checking=True)
+        if found.package in CODE_PACKAGES and found.package not in allowed | {package}
     ]
     assert offenders == []

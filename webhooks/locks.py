@@ -28,8 +28,8 @@ JOIN (
   FROM (
     SELECT item.seq,
            row_number() OVER key_order AS key_offset,
-           bool_and(item.next_attempt_at <= now()
-                    AND (item.lease_expires_at IS NULL OR item.lease_expires_at <= now()))
+           bool_and(item.next_attempt_at <= statement_timestamp()
+                    AND (item.lease_expires_at IS NULL OR item.lease_expires_at <= statement_timestamp()))
              OVER key_order AS prefix_due
     FROM agentrun_webhook_deliveries item
     JOIN agentrun_webhook_endpoints endpoint ON endpoint.id = item.endpoint_id
@@ -41,8 +41,8 @@ JOIN (
   LIMIT %(limit)s
 ) picked ON picked.seq = d.seq
 WHERE d.delivered_at IS NULL
-  AND d.next_attempt_at <= now()
-  AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+  AND d.next_attempt_at <= statement_timestamp()
+  AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= statement_timestamp())
 ORDER BY d.seq
 FOR UPDATE OF d SKIP LOCKED
 """

@@ -56,7 +56,9 @@ def test_bad_input_is_a_400_naming_the_field(
 
 
 def test_another_tenants_endpoint_is_a_404_everywhere(client_api: APIClient) -> None:
-    theirs = register(builders.key_client(role="client", tenant_id="tenant-b"), "http://127.0.0.1:9/")
+    theirs = register(
+        builders.key_client(role="client", tenant_id="tenant-b"), "http://127.0.0.1:9/"
+    )
     base = f"/api/v1/webhooks/{theirs['id']}"
     assert client_api.get(base).status_code == 404
     assert client_api.patch(base, {"enabled": False}, format="json").status_code == 404
@@ -79,13 +81,17 @@ def test_deliveries_list_and_replay_in_order(client_api: APIClient, receiver: Re
     assert [d["event_id"] for d in page["items"]] == [e.id for e in events[::-1][:3]]
     assert page["items"][0]["state"] == "delivered" and page["items"][0]["last_status_code"] == 200
     second = page["items"][-1]["seq"] - 1  # the second event's delivery
-    replay = client_api.post(f"/api/v1/webhooks/{made['id']}/replay", {"after": second}, format="json")
+    replay = client_api.post(
+        f"/api/v1/webhooks/{made['id']}/replay", {"after": second}, format="json"
+    )
     assert replay.status_code == 200 and replay.json()["replayed"] == 3
     relay_until_idle()
     assert receiver.accepted_ids() == [e.id for e in events] + [e.id for e in events[2:]]
     assert WebhookDelivery.objects.filter(replay_of__isnull=False).count() == 3
 
-    bad = client_api.post(f"/api/v1/webhooks/{made['id']}/replay", {"after": "yesterday"}, format="json")
+    bad = client_api.post(
+        f"/api/v1/webhooks/{made['id']}/replay", {"after": "yesterday"}, format="json"
+    )
     assert bad.status_code == 400 and "after" in bad.json()["error"]["message"]
     by_time = client_api.post(
         f"/api/v1/webhooks/{made['id']}/replay",

@@ -80,7 +80,9 @@ def test_private_targets_are_refused_at_registration(
     client_api: APIClient, settings: SettingsWrapper, url: str
 ) -> None:
     settings.AGENTRUN_WEBHOOK_ALLOW_PRIVATE = False
-    response = client_api.post("/api/v1/webhooks", {"url": url, "event_types": ["*"]}, format="json")
+    response = client_api.post(
+        "/api/v1/webhooks", {"url": url, "event_types": ["*"]}, format="json"
+    )
     assert response.status_code == 400, response.json()
     assert response.json()["error"]["message"].startswith("url: ")
     assert not WebhookEndpoint.objects.exists()

@@ -31,8 +31,9 @@ CELLS = {
     "11": "server_load",
     "12": "run_list",
     "13": "broker",
+    "14": "webhook_relay",
 }
-ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10", "11", "12", "13"]
+ORDER = ["1", "2", "8", "9", "3", "4", "5", "6", "7", "10", "11", "12", "13", "14"]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -29,7 +29,8 @@ JOIN (
     SELECT item.seq,
            row_number() OVER key_order AS key_offset,
            bool_and(item.next_attempt_at <= statement_timestamp()
-                    AND (item.lease_expires_at IS NULL OR item.lease_expires_at <= statement_timestamp()))
+                    AND (item.lease_expires_at IS NULL
+                         OR item.lease_expires_at <= statement_timestamp()))
              OVER key_order AS prefix_due
     FROM agentrun_webhook_deliveries item
     JOIN agentrun_webhook_endpoints endpoint ON endpoint.id = item.endpoint_id
@@ -52,7 +53,7 @@ UPDATE agentrun_webhook_deliveries
 SET lease_owner = %(owner)s,
     lease_expires_at = clock_timestamp() + (%(lease_ms)s * interval '1 millisecond')
 WHERE seq = ANY(%(seqs)s::bigint[])
-RETURNING seq, endpoint_id, partition_key, event_id, run_id, attempt_count
+RETURNING seq, endpoint_id, partition_key, event_id, run_id, attempt_count, lease_owner
 """
 
 
@@ -79,7 +80,7 @@ def claim_due_deliveries(*, owner: str, lease_ms: int, limit: int, per_key: int)
             return []
         cursor.execute(_LEASE_SQL, {"owner": owner, "lease_ms": lease_ms, "seqs": seqs})
         rows = sorted(cursor.fetchall())
-    return [Claim(*row, lease_owner=owner) for row in rows]
+    return [Claim._make(row) for row in rows]
 
 
 def _prefixes_only(candidates: list[tuple[int, str, str, int]]) -> list[int]:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import http.client
+import logging
 import socket
 import ssl
 import time
@@ -28,6 +29,10 @@ from outbox.cloudevents import CONTENT_TYPE
 from webhooks.targets import Target, TargetRefused, resolve_target
 
 USER_AGENT = "agentrun-webhooks/1"
+logger = logging.getLogger("webhooks.sender")
+# How a kept-alive connection the server has closed fails on its next request.
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+_FAILURES = (OSError, http.client.HTTPException, ssl.SSLError)
 
 
 @dataclass(frozen=True)
@@ -71,63 +76,116 @@ class _Deadline:
         return left
 
 
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    """HTTPS to a fixed, already checked address; certificate checked against the host."""
-
-    def __init__(self, target: Target, deadline: _Deadline) -> None:
-        super().__init__(target.host, target.port, timeout=deadline.left())
-        self._target, self._deadline = target, deadline
-
-    def connect(self) -> None:
-        sock = socket.create_connection((self._target.address, self.port), self._deadline.left())
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
-
-
 class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """HTTP to a fixed, already checked address (`target.address`); `deadline` is the
+    current request's, read by `connect`."""
+
     def __init__(self, target: Target, deadline: _Deadline) -> None:
         super().__init__(target.host, target.port, timeout=deadline.left())
-        self._target, self._deadline = target, deadline
+        self.target, self.deadline = target, deadline
 
     def connect(self) -> None:
-        self.sock = socket.create_connection(
-            (self._target.address, self.port), self._deadline.left()
-        )
+        self.sock = self._open()
+
+    def _open(self) -> socket.socket:
+        return socket.create_connection((self.target.address, self.port), self.deadline.left())
+
+
+class _PinnedHTTPSConnection(_PinnedHTTPConnection, http.client.HTTPSConnection):
+    """HTTPS to the checked address; the certificate is checked against the URL's host."""
+
+    def connect(self) -> None:
+        context: ssl.SSLContext = self._context  # type: ignore[attr-defined]
+        self.sock = context.wrap_socket(self._open(), server_hostname=self.target.host)
+
+
+class Sender:
+    """Sends requests to one URL, reusing one kept-alive connection while the server allows
+    it (a relay batch sends a key's deliveries one after the other through one `Sender`).
+    The host is resolved and checked when a connection is opened, at send time, and the
+    connection goes to that checked address; a failure closes it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._connection: _PinnedHTTPConnection | None = None
+
+    def send(self, *, body: bytes, headers: dict[str, str]) -> Attempt:
+        """POST the body; never raises for a network or policy failure: it is the attempt's
+        outcome. Each request has the whole total timeout to itself."""
+        deadline = _Deadline(conf.webhook_timeout_s())
+        if self._connection is not None:
+            try:
+                return self._try(body, headers, deadline)
+            except _STALE as stale:
+                # The server closed the idle kept-alive connection: once more on a new one
+                # (a repeat, if it did get the request, carries the same `webhook-id`).
+                logger.debug("webhook connection went stale: %s", stale)
+                self.close()
+            except _FAILURES as error:
+                return self._failed(error)
+        try:
+            return self._try(body, headers, deadline)
+        except TargetRefused as refused:
+            return Attempt(False, None, "", f"refused: {refused}")
+        except _FAILURES as error:
+            return self._failed(error)
+
+    def _try(self, body: bytes, headers: dict[str, str], deadline: _Deadline) -> Attempt:
+        connection = self._connection or self._connect(deadline)
+        attempt, reusable = _exchange(connection, body, headers, deadline)
+        if not reusable:
+            self.close()
+        return attempt
+
+    def _failed(self, error: Exception) -> Attempt:
+        self.close()
+        return Attempt(False, None, "", f"{type(error).__name__}: {error}"[:500])
+
+    def _connect(self, deadline: _Deadline) -> _PinnedHTTPConnection:
+        target = resolve_target(self.url)
+        kind = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
+        self._connection = kind(target, deadline)
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 def send_webhook(*, url: str, body: bytes, headers: dict[str, str]) -> Attempt:
-    """Resolve and check the URL now, POST the body to the checked address, read a bounded
-    part of the answer. Never raises for a network or policy failure: it is the attempt's
-    outcome."""
-    deadline = _Deadline(conf.webhook_timeout_s())
+    """One request on a connection of its own (`Sender` for several in a row)."""
+    sender = Sender(url)
     try:
-        target = resolve_target(url)
-    except TargetRefused as refused:
-        return Attempt(False, None, "", f"refused: {refused}")
-    kind = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
-    connection = kind(target, deadline)
-    try:
-        return _exchange(connection, target, body, headers, deadline)
-    except (OSError, http.client.HTTPException, ssl.SSLError) as error:
-        return Attempt(False, None, "", f"{type(error).__name__}: {error}"[:500])
+        return sender.send(body=body, headers=headers)
     finally:
-        connection.close()
+        sender.close()
 
 
 def _exchange(
-    connection: http.client.HTTPConnection,
-    target: Target,
+    connection: _PinnedHTTPConnection,
     body: bytes,
     headers: dict[str, str],
     deadline: _Deadline,
-) -> Attempt:
-    connection.request("POST", target.path, body=body, headers=headers)
+) -> tuple[Attempt, bool]:
+    """The request and a bounded read of its answer; whether the connection may be reused
+    (the server keeps it open and the whole body was read)."""
+    connection.deadline = deadline  # a (re)connect inside `request` waits at most this
+    if connection.sock is not None:
+        connection.sock.settimeout(deadline.left())
+    connection.request("POST", connection.target.path, body=body, headers=headers)
     if connection.sock is not None:
         connection.sock.settimeout(deadline.left())
     response = connection.getresponse()
-    text = _bounded_read(response, conf.webhook_max_response_bytes(), deadline, connection)
+    limit = conf.webhook_max_response_bytes()
+    text = _bounded_read(response, limit, deadline, connection)
     ok = 200 <= response.status < 300
     error = "" if ok else f"HTTP {response.status}"
-    return Attempt(ok, response.status, text, error)
+    # Reusable only when the whole body was read (a longer one is left unread) and the
+    # server keeps the connection open.
+    return Attempt(
+        ok, response.status, text, error
+    ), response.isclosed() and not response.will_close
 
 
 def _bounded_read(
@@ -141,7 +199,7 @@ def _bounded_read(
     while size < limit:
         if connection.sock is not None:
             connection.sock.settimeout(deadline.left())
-        chunk = response.read1(limit - size) if hasattr(response, "read1") else b""
+        chunk = response.read1(limit - size)
         if not chunk:
             break
         chunks.append(chunk)

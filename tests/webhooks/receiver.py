@@ -46,7 +46,25 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            protocol_version = "HTTP/1.1"  # keep-alive, as real receivers allow
+
+            def do_GET(self) -> None:  # the bench's read-back of a receiver process
+                items = [[r.webhook_id, r.key, r.body["data"]["seq"], r.answered, r.verified]
+                         for r in receiver.snapshot()]  # fmt: skip
+                raw = json.dumps(items).encode()
+                self.send_response(200)
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_DELETE(self) -> None:
+                with receiver.lock:
+                    receiver.received.clear()
+                self.send_response(204)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
                 headers = {name.lower(): value for name, value in self.headers.items()}
@@ -96,3 +114,17 @@ class Receiver:
     def snapshot(self) -> list[Received]:
         with self.lock:
             return list(self.received)
+
+
+def main() -> None:
+    """`python -m tests.webhooks.receiver SECRET`: a receiver process (the bench's), printing
+    its port; GET / returns what it received, DELETE / forgets it."""
+    import sys
+
+    receiver = Receiver(secret=sys.argv[1]).start()
+    print(receiver.port, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from itertools import groupby
@@ -37,7 +38,7 @@ from outbox.cloudevents import cloud_event
 from runs.models import Event
 from webhooks.locks import Claim, claim_due_deliveries
 from webhooks.models import WebhookEndpoint
-from webhooks.sender import Attempt, send_webhook, signed_headers
+from webhooks.sender import Attempt, Sender, signed_headers
 from webhooks.services.secrets import signing_secrets
 from webhooks.sql import settle_deliveries
 
@@ -112,22 +113,31 @@ def _send_all(claims: list[Claim], *, send_until: float) -> list[_Outcome]:
     def send_key(items: list[Claim]) -> list[_Outcome]:
         endpoint = endpoints[items[0].endpoint_id]
         secrets = signing_secrets(endpoint)
-        outcomes: list[_Outcome] = []
-        for claim in items:
-            blocked = bool(outcomes) and outcomes[-1].outcome != "delivered"
-            if blocked or time.monotonic() > send_until:
-                outcomes.append(_Outcome(claim, "released", None))
-                continue
-            body = bodies[claim.event_id]
-            headers = signed_headers(secrets=secrets, msg_id=claim.event_id, body=body)
-            headers["agentrun-webhook-seq"] = str(claim.seq)
-            attempt = send_webhook(url=endpoint.url, body=body.encode(), headers=headers)
-            outcomes.append(_Outcome(claim, "delivered" if attempt.ok else "failed", attempt))
-        return outcomes
+        with closing(Sender(endpoint.url)) as sender:  # one kept-alive connection per key
+            return _send_key(items, bodies, secrets, sender, send_until)
 
     workers = max(1, min(conf.webhook_concurrency(), len(keys)))
     with ThreadPoolExecutor(workers, thread_name_prefix="webhook-send") as pool:
         return [outcome for key_outcomes in pool.map(send_key, keys) for outcome in key_outcomes]
+
+
+def _send_key(
+    items: list[Claim], bodies: dict[str, str], secrets: list[str], sender: Sender, until: float
+) -> list[_Outcome]:
+    """One key's claims in `seq` order; after a failure, or past `until`, the rest are
+    released unattempted."""
+    outcomes: list[_Outcome] = []
+    for claim in items:
+        blocked = bool(outcomes) and outcomes[-1].outcome != "delivered"
+        if blocked or time.monotonic() > until:
+            outcomes.append(_Outcome(claim, "released", None))
+            continue
+        body = bodies[claim.event_id]
+        headers = signed_headers(secrets=secrets, msg_id=claim.event_id, body=body)
+        headers["agentrun-webhook-seq"] = str(claim.seq)
+        attempt = sender.send(body=body.encode(), headers=headers)
+        outcomes.append(_Outcome(claim, "delivered" if attempt.ok else "failed", attempt))
+    return outcomes
 
 
 def _bodies(event_ids: set[str]) -> dict[str, str]:

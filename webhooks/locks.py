@@ -2,7 +2,9 @@
 
 `claim_due_deliveries` leases, per ordering key (endpoint, partition key), only the *prefix*
 of undelivered deliveries that are due and unleased, up to `per_key` of them, for enabled
-endpoints, oldest first. The candidates are locked `FOR UPDATE OF d SKIP LOCKED` (a
+endpoints, breadth first (every key's first delivery, oldest key first, then every key's
+second, …), so a batch spreads over as many keys as it can and its senders stay busy.
+The candidates are locked `FOR UPDATE OF d SKIP LOCKED` (a
 concurrent claimer takes other keys instead of waiting); a key whose head another claimer
 holds loses its later rows too, so what is leased is always a prefix of its key, and a
 later delivery is never sent before an earlier one is delivered. Must run in a short
@@ -38,7 +40,7 @@ JOIN (
     WINDOW key_order AS (PARTITION BY item.endpoint_id, item.partition_key ORDER BY item.seq)
   ) ranked
   WHERE ranked.prefix_due AND ranked.key_offset <= %(per_key)s
-  ORDER BY ranked.seq
+  ORDER BY ranked.key_offset, ranked.seq
   LIMIT %(limit)s
 ) picked ON picked.seq = d.seq
 WHERE d.delivered_at IS NULL

@@ -88,7 +88,11 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         self.sock = self._open()
 
     def _open(self) -> socket.socket:
-        return socket.create_connection((self.target.address, self.port), self.deadline.left())
+        sock = socket.create_connection((self.target.address, self.port), self.deadline.left())
+        # http.client writes the head and the body in two sends: without NODELAY, Nagle holds
+        # the body until the peer's (delayed) ACK of the head on a kept-alive connection.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
 
 class _PinnedHTTPSConnection(_PinnedHTTPConnection, http.client.HTTPSConnection):

@@ -104,8 +104,16 @@ def _backlog(total: int) -> tuple[WebhookEndpoint, ReceiverProcess]:
         description="",
     )
     receiver = ReceiverProcess(registered.secret)  # its port is known once it runs
+    try:
+        return _fill(registered.endpoint.id, receiver, total), receiver
+    except BaseException:
+        receiver.stop()
+        raise
+
+
+def _fill(endpoint_id: str, receiver: ReceiverProcess, total: int) -> WebhookEndpoint:
     endpoint = update_endpoint(
-        scope=Scope.operator(), endpoint_id=registered.endpoint.id, changes={"url": receiver.url}
+        scope=Scope.operator(), endpoint_id=endpoint_id, changes={"url": receiver.url}
     )
     runs = fixtures.claimed_runs(SESSIONS)
     per_run = total // SESSIONS
@@ -116,7 +124,7 @@ def _backlog(total: int) -> tuple[WebhookEndpoint, ReceiverProcess]:
                 run_id=run.run_id, runner_id=run.runner_id, lease_epoch=run.lease_epoch,
                 events=events,
             )  # fmt: skip
-    return endpoint, receiver
+    return endpoint
 
 
 def _reset(endpoint: WebhookEndpoint, receiver: ReceiverProcess) -> int:

@@ -129,24 +129,26 @@ def _backlog_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
     yield from _run_families(status)
 
 
-def _webhook_families(webhooks: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
-    yield _gauge("agentrun_webhook_backlog", "Undelivered webhook deliveries.", webhooks["backlog"])
-    yield _gauge(
-        "agentrun_webhook_retrying", "Undelivered deliveries tried before.", webhooks["retrying"]
-    )
-    yield _gauge(
+WEBHOOK_GAUGES = [  # (gauge, help, the status field)
+    ("agentrun_webhook_backlog", "Undelivered webhook deliveries.", "backlog"),
+    ("agentrun_webhook_retrying", "Undelivered deliveries tried before.", "retrying"),
+    (
         "agentrun_webhook_oldest_pending_age_seconds",
         "Age of the oldest undelivered webhook delivery.",
-        webhooks["oldest_pending_age_seconds"],
-    )
-    yield _gauge(
+        "oldest_pending_age_seconds",
+    ),
+    (
         "agentrun_webhook_failing_endpoints",
         "Enabled endpoints whose last attempts all failed.",
-        webhooks["failing_count"],
-    )
-    yield _gauge(
-        "agentrun_webhook_disabled_endpoints", "Disabled endpoints.", webhooks["disabled_count"]
-    )
+        "failing_count",
+    ),
+    ("agentrun_webhook_disabled_endpoints", "Disabled endpoints.", "disabled_count"),
+]
+
+
+def _webhook_families(webhooks: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
+    for name, doc, field in WEBHOOK_GAUGES:
+        yield _gauge(name, doc, webhooks[field])
 
 
 def _run_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:

@@ -8,41 +8,15 @@ with traffic: its changelist never runs a full `COUNT(*)`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from agentrun.admin_actions import OperatorActionsMixin, Outcome, service_action
 from agentrun.admin_console import BigTableAdmin, ReadOnlyAdmin, RunLinkColumn
-from webhooks.models import DeliveryState, WebhookDelivery, WebhookEndpoint
+from outbox.admin import OutboxStateFilter
+from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.services.endpoints import retry_delivery_now
-
-
-class DeliveryStateFilter(admin.SimpleListFilter):
-    title = "state"
-    parameter_name = "state"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(state.value, str(state.label)) for state in DeliveryState]
-
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]
-    ) -> QuerySet[WebhookDelivery]:
-        now, value = timezone.now(), self.value()
-        if value is None:
-            return queryset
-        if value == DeliveryState.DELIVERED:
-            return queryset.filter(delivered_at__isnull=False)
-        pending = queryset.filter(delivered_at__isnull=True)
-        if value == DeliveryState.LEASED:
-            return pending.filter(lease_expires_at__gt=now)
-        waiting = pending.exclude(lease_expires_at__gt=now)
-        if value == DeliveryState.RETRYING:
-            return waiting.filter(attempt_count__gt=0)
-        return waiting.filter(attempt_count=0)
 
 
 def _retry_now(request: HttpRequest, delivery: WebhookDelivery, reason: str) -> Outcome:
@@ -73,7 +47,8 @@ class WebhookDeliveryAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdmin):
         "next_attempt_at",
         "delivered_at",
     ]
-    list_filter = [DeliveryStateFilter, "event_type", "created_at"]
+    # The outbox's state filter: a delivery has the same lease and outcome columns.
+    list_filter = [OutboxStateFilter, "event_type", "created_at"]
     list_select_related = ["endpoint"]
     search_fields = ["=seq", "=event__id", "=run__id", "=partition_key", "=endpoint__id"]
     ordering = ["-seq"]

@@ -17,6 +17,7 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from outbox.models import OutboxState
 from runs.models import Event, Run
 
 
@@ -58,13 +59,8 @@ class WebhookEndpoint(models.Model):
         return "*" in self.event_types or event_type in self.event_types
 
 
-class DeliveryState(models.TextChoices):
-    """A derived state (no column holds it), for the API, the admin and the status."""
-
-    PENDING = "pending"
-    LEASED = "leased"
-    RETRYING = "retrying"
-    DELIVERED = "delivered"
+# A delivery's derived state is an outbox record's: the same lease and outcome columns.
+DeliveryState = OutboxState
 
 
 class WebhookDelivery(models.Model):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 from django.utils import timezone
+from kombu.transport import sqlalchemy as kombu_sqla
 from rest_framework.test import APIClient
 
 from agentrun.task_queues import TaskName
@@ -59,6 +60,13 @@ def _broker() -> str:
 
 def _kick() -> None:
     send_task(_broker(), TaskName.WEBHOOK_RELAY_BATCH, "webhooks")
+
+
+def _close_broker_engines() -> None:
+    """kombu keeps one SQLAlchemy engine per broker URL for the process: close this test's,
+    or its pooled connection keeps the test database from being dropped."""
+    for url in [url for url in kombu_sqla.Channel._engines if url in _broker()]:
+        kombu_sqla.Channel._engines.pop(url)[0].dispose()
 
 
 def _write(runs: list[Run], seed: int, count: int) -> None:
@@ -184,6 +192,7 @@ def test_every_endpoint_gets_every_matching_event_in_order_through_faults_and_a_
     finally:
         for receiver in (a, b, c):
             receiver.stop()
+        _close_broker_engines()
     total = WebhookDelivery.objects.count()
     refused_b = sum(1 for r in b.snapshot() if r.answered == 500)
     print(

@@ -86,7 +86,8 @@ def resolve_target(url: str) -> Target:
     for address in addresses:
         reason = refusal_of(address)
         if reason is not None:
-            raise TargetRefused(f"{host} resolves to {address}, {reason}")
+            # The address is not echoed: a tenant must not map internal names through this.
+            raise TargetRefused(f"{host} resolves to {reason}")
     if not addresses:
         raise TargetRefused(f"the host {host!r} has no address")
     return Target(scheme, host, port, path, addresses[0])

@@ -38,6 +38,11 @@ BEAT_SCHEDULE["outbox-relay"] = every(5, TaskName.RELAY_BATCH)
 # to a few bounded delete batches (a run that leaves more chains the next one).
 BEAT_SCHEDULE["outbox-prune"] = every(300, TaskName.PRUNE_OUTBOX)
 
+# Webhook relay. On-commit wake-ups send new deliveries at once and a full batch chains the
+# next; this sends retries coming due and catches lost wake-ups. An idle claim reads only
+# the partial pending index, so every 5 s is cheap.
+BEAT_SCHEDULE["webhook-relay"] = every(5, TaskName.WEBHOOK_RELAY_BATCH)
+
 # Work queue. On-commit wake-ups start new tasks at once and run again when a task's run
 # ends; this starts what they miss (a lost wake-up, a session whose turn ended without a
 # run ending) and projects runs that ended unseen. An idle claim reads only the partial

@@ -155,6 +155,23 @@ heartbeat_interval_s = Setting("AGENTRUN_HEARTBEAT_INTERVAL_S", float)
 heartbeat_stale_s = Setting("AGENTRUN_HEARTBEAT_STALE_S", float)
 
 
+# Webhooks (issue 21).
+
+
+webhook_allow_private = Setting("AGENTRUN_WEBHOOK_ALLOW_PRIVATE", bool)
+webhook_allow_http = Setting("AGENTRUN_WEBHOOK_ALLOW_HTTP", bool)
+webhook_batch_size = Setting("AGENTRUN_WEBHOOK_BATCH_SIZE", int)
+webhook_concurrency = Setting("AGENTRUN_WEBHOOK_CONCURRENCY", int)
+webhook_timeout_s = Setting("AGENTRUN_WEBHOOK_TIMEOUT_S", float)
+webhook_max_response_bytes = Setting("AGENTRUN_WEBHOOK_MAX_RESPONSE_BYTES", int)
+webhook_lease_ms = Setting("AGENTRUN_WEBHOOK_LEASE_MS", int)
+webhook_backoff_base_ms = Setting("AGENTRUN_WEBHOOK_BACKOFF_BASE_MS", int)
+webhook_backoff_cap_ms = Setting("AGENTRUN_WEBHOOK_BACKOFF_CAP_MS", int)
+webhook_disable_after_s = Setting("AGENTRUN_WEBHOOK_DISABLE_AFTER_S", int)
+webhook_secret_grace_s = Setting("AGENTRUN_WEBHOOK_SECRET_GRACE_S", int)
+webhook_wake_on_commit = Setting("AGENTRUN_WEBHOOK_WAKE_ON_COMMIT", bool)
+
+
 # Security (issue 16): launch profiles, runner environment, runner key lifetime.
 
 

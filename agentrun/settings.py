@@ -126,6 +126,7 @@ INSTALLED_APPS = [
     "queues",
     "dispatch",
     "outbox",
+    "webhooks",  # signed, ordered deliveries from the outbox (issue 21)
     "compat_openai",  # /openai/v1: the OpenAI Agents API surface over sessions (issue 22)
     "ops",  # the operations console, on top of every app
 ]
@@ -374,6 +375,25 @@ AGENTRUN_KAFKA_OUTBOX_BACKOFF_CAP_MS = env_int("AGENTRUN_KAFKA_OUTBOX_BACKOFF_CA
 AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS = env_int("AGENTRUN_KAFKA_OUTBOX_RETENTION_DAYS", 7)
 # Off when only `relay_outbox --loop` relays (no Celery workers): commits then enqueue nothing.
 AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT = env_bool("AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT", True)
+
+# Webhooks (issue 21, webhooks/). Private, loopback, link-local and metadata targets are
+# refused unless allowed (tests and a private deployment); plain http only when allowed.
+AGENTRUN_WEBHOOK_ALLOW_PRIVATE = env_bool("AGENTRUN_WEBHOOK_ALLOW_PRIVATE", False)
+AGENTRUN_WEBHOOK_ALLOW_HTTP = env_bool("AGENTRUN_WEBHOOK_ALLOW_HTTP", False)
+# Deliveries per relay batch, and how many keys a batch sends to at once.
+AGENTRUN_WEBHOOK_BATCH_SIZE = env_int("AGENTRUN_WEBHOOK_BATCH_SIZE", 500)
+AGENTRUN_WEBHOOK_CONCURRENCY = env_int("AGENTRUN_WEBHOOK_CONCURRENCY", 16)
+# One request's total time (connect, TLS, send, response), and the response bytes read.
+AGENTRUN_WEBHOOK_TIMEOUT_S = float(os.environ.get("AGENTRUN_WEBHOOK_TIMEOUT_S") or 10)
+AGENTRUN_WEBHOOK_MAX_RESPONSE_BYTES = env_int("AGENTRUN_WEBHOOK_MAX_RESPONSE_BYTES", 4_096)
+AGENTRUN_WEBHOOK_LEASE_MS = env_int("AGENTRUN_WEBHOOK_LEASE_MS", 120_000)
+AGENTRUN_WEBHOOK_BACKOFF_BASE_MS = env_int("AGENTRUN_WEBHOOK_BACKOFF_BASE_MS", 1_000)
+AGENTRUN_WEBHOOK_BACKOFF_CAP_MS = env_int("AGENTRUN_WEBHOOK_BACKOFF_CAP_MS", 600_000)
+# An endpoint that has failed without a success for this long is disabled.
+AGENTRUN_WEBHOOK_DISABLE_AFTER_S = env_int("AGENTRUN_WEBHOOK_DISABLE_AFTER_S", 3 * 24 * 3600)
+# After a rotation the old secret still signs (a second signature) for this long.
+AGENTRUN_WEBHOOK_SECRET_GRACE_S = env_int("AGENTRUN_WEBHOOK_SECRET_GRACE_S", 24 * 3600)
+AGENTRUN_WEBHOOK_WAKE_ON_COMMIT = env_bool("AGENTRUN_WEBHOOK_WAKE_ON_COMMIT", True)
 
 # /metrics: its backlog gauges are read from the database at most this often (ops/metrics.py).
 AGENTRUN_METRICS_BACKLOG_REFRESH_S = float(

@@ -21,6 +21,7 @@ class TaskQueue(enum.StrEnum):
     OUTBOX = "outbox"  # Kafka relay batches
     MAINTENANCE = "maintenance"  # reapers, reconciliation, pruning, GC
     QUEUE = "queue"  # the work-queue scheduler and projector
+    WEBHOOKS = "webhooks"  # webhook relay batches (remote HTTP: kept off the Kafka relay)
 
 
 class TaskName(enum.StrEnum):
@@ -29,6 +30,7 @@ class TaskName(enum.StrEnum):
     RECONCILE_RUNNER_JOBS = "dispatch.reconcile_runner_jobs"
     RELAY_BATCH = "outbox.relay_batch"
     PRUNE_OUTBOX = "outbox.prune"
+    WEBHOOK_RELAY_BATCH = "webhooks.relay_batch"
     SCHEDULE_QUEUE = "queue.schedule_batch"
     DOCTOR_REPORT = "agentrun.doctor_report"
     EXPIRE_APPROVALS = "runs.expire_approvals"
@@ -41,6 +43,7 @@ TASK_QUEUES: dict[TaskName, TaskQueue] = {
     TaskName.REAP_LEASES: TaskQueue.MAINTENANCE,
     TaskName.RECONCILE_RUNNER_JOBS: TaskQueue.MAINTENANCE,
     TaskName.PRUNE_OUTBOX: TaskQueue.MAINTENANCE,
+    TaskName.WEBHOOK_RELAY_BATCH: TaskQueue.WEBHOOKS,
     TaskName.DOCTOR_REPORT: TaskQueue.MAINTENANCE,
     TaskName.EXPIRE_APPROVALS: TaskQueue.MAINTENANCE,
 }

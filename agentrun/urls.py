@@ -23,6 +23,7 @@ urlpatterns = [
     path("api/v1/", include("sessions.api.urls")),
     path("api/v1/", include("queues.api.urls")),
     path("api/v1/outbox/", include("outbox.api.urls")),
+    path("api/v1/", include("webhooks.api.urls")),
     path("openai/v1/", include("compat_openai.api.urls")),  # the SDK's base_url (issue 22)
 ]
 

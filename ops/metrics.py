@@ -125,7 +125,30 @@ def _backlog_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
         "Age of the oldest pending task.",
         queue["oldest_pending_age_seconds"],
     )
+    yield from _webhook_families(status["webhooks"])
     yield from _run_families(status)
+
+
+WEBHOOK_GAUGES = [  # (gauge, help, the status field)
+    ("agentrun_webhook_backlog", "Undelivered webhook deliveries.", "backlog"),
+    ("agentrun_webhook_retrying", "Undelivered deliveries tried before.", "retrying"),
+    (
+        "agentrun_webhook_oldest_pending_age_seconds",
+        "Age of the oldest undelivered webhook delivery.",
+        "oldest_pending_age_seconds",
+    ),
+    (
+        "agentrun_webhook_failing_endpoints",
+        "Enabled endpoints whose last attempts all failed.",
+        "failing_count",
+    ),
+    ("agentrun_webhook_disabled_endpoints", "Disabled endpoints.", "disabled_count"),
+]
+
+
+def _webhook_families(webhooks: dict[str, Any]) -> Iterable[GaugeMetricFamily]:
+    for name, doc, field in WEBHOOK_GAUGES:
+        yield _gauge(name, doc, webhooks[field])
 
 
 def _run_families(status: dict[str, Any]) -> Iterable[GaugeMetricFamily]:

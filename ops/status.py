@@ -38,6 +38,7 @@ from runs.models import (
     Runner,
 )
 from sessions.models import ExecutionState, Session
+from webhooks.selectors import webhook_status
 
 TERMINAL_WINDOW = timedelta(hours=24)
 
@@ -58,6 +59,7 @@ def collect_status(
         "dispatch": {**dispatch_status(), "oldest": _oldest_intents(now, items)},
         "outbox": {**outbox_status(now=now), "oldest": _oldest_outbox(now, items)},
         "queue": _queue(now, items),
+        "webhooks": webhook_status(now=now, items=items),
         "runs": _runs(now),
         "sessions": {"running": _running_sessions()},
         "runners": _stale_runners(now, items, stale_after_s),
@@ -184,6 +186,7 @@ def status_text(status: dict[str, Any]) -> str:
         f"queue     {_pairs(q['by_state'])}; oldest pending "
         f"{_seconds(q['oldest_pending_age_seconds'])}",
         *_items(q["oldest"], "id", "queue", "priority"),
+        *_webhook_lines(status["webhooks"]),
         f"runs      live: {_pairs(r['live'])}; last 24 h: {_pairs(r['terminal_last_24h'])}; "
         f"expired leases {r['expired_leases']}",
         f"sessions  running {status['sessions']['running']}",
@@ -193,6 +196,21 @@ def status_text(status: dict[str, Any]) -> str:
         *(_process_line(name, state) for name, state in status["processes"].items()),
     ]
     return "\n".join(lines)
+
+
+def _webhook_lines(w: dict[str, Any]) -> list[str]:
+    head = (
+        f"webhooks  {w['endpoints']} endpoints: undelivered {w['backlog']}, retrying "
+        f"{w['retrying']}, failing endpoints {w['failing_count']}, disabled "
+        f"{w['disabled_count']}; oldest {_seconds(w['oldest_pending_age_seconds'])}"
+    )
+    return [
+        head,
+        *(
+            f"  failing {row['id']} {row['url']} since {row['failing_since']}"
+            for row in w["failing"]
+        ),
+    ]
 
 
 def _process_line(name: str, state: dict[str, Any]) -> str:

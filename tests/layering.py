@@ -26,6 +26,18 @@ CODE_PACKAGES = tuple(
     )
 )
 
+# The layer of a package that the rules of `tests/test_layers.py` check by this table: the
+# first-party packages it may import besides itself, and why it sits there. (The older
+# apps' places are the rules written out in `tests/test_layers.py` and
+# `tests/test_projection_layers.py`.)
+LAYERS: dict[str, tuple[frozenset[str], str]] = {
+    "webhooks": (
+        frozenset({"agentrun", "runs", "outbox"}),
+        "above outbox: sends the outbox's CloudEvents envelope; `runs` reaches it only "
+        "through its projection module `webhooks.record`; ops reads its status",
+    ),
+}
+
 
 @dataclass(frozen=True)
 class Import:

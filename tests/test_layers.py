@@ -7,7 +7,7 @@ Each rule is one test over the import graph that `tests/layering.py` reads from 
 
 from __future__ import annotations
 
-from tests.layering import CODE_PACKAGES, imports_of_package
+from tests.layering import CODE_PACKAGES, LAYERS, imports_of_package
 
 SERVER_APPS = (
     "runs",
@@ -15,6 +15,7 @@ SERVER_APPS = (
     "queues",
     "dispatch",
     "outbox",
+    "webhooks",
     "compat_openai",
     "ops",
     "runner",
@@ -53,5 +54,16 @@ def test_only_ops_imports_the_agents_api_surface() -> None:
         for package in CODE_PACKAGES
         if package not in ("compat_openai", "ops")
         for line in _offenders(package, ("compat_openai",))
+    ]
+    assert offenders == []
+
+
+def test_packages_of_the_layer_table_import_only_their_layers() -> None:
+    """A package listed in `tests/layering.py` `LAYERS` imports only what its row allows."""
+    offenders = [
+        str(found)
+        for package, (allowed, _why) in LAYERS.items()
+        for found in imports_of_package(package, type_checking=True)
+        if found.package in CODE_PACKAGES and found.package not in allowed | {package}
     ]
     assert offenders == []

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from tests.layering import ROOT, Import, imports_of, imports_of_package, is_module
 
-FIRST_PARTY = {"agentrun", "runs", "sessions", "queues", "dispatch", "outbox", "runner", "ops"}
+FIRST_PARTY = {
+    "agentrun", "runs", "sessions", "queues", "dispatch", "outbox", "webhooks", "runner", "ops"
+}  # fmt: skip
 PROJECTION_MODULES = {
     "sessions.projection",
     "queues.projection",
     "dispatch.intents",
     "outbox.record",
+    "webhooks.record",
 }
 RUNS_MAY_IMPORT = PROJECTION_MODULES | {"outbox.cloudevents"}
 RUNS_FOUNDATION = {"runs.models", "runs.locks", "runs.versions"}

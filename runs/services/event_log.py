@@ -35,6 +35,7 @@ from runs.services.fencing import (
     stale_claim_reason,
 )
 from sessions.projection import record_events_activity_locked
+from webhooks.record import record_webhook_deliveries_locked
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
 log = logging.getLogger("agentrun.runs")
@@ -183,6 +184,9 @@ def _store(per_run: list[list[Event]]) -> None:
     )
     for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
         record_outbox_locked(run=rows[0].run, events=rows)  # a no-op when the outbox is off
+    # Webhook deliveries: one INSERT … SELECT over the tenants' matching endpoints, after the
+    # session rows are held (their locks order a session's deliveries; webhooks.models).
+    record_webhook_deliveries_locked([event for rows in per_run for event in rows])
     notify_runs_change(
         {rows[0].run.id: rows[-1].seq for rows in per_run},
         sessions={rows[0].run.id: rows[0].run.session_id or "" for rows in per_run},

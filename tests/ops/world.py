@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import Group
 from django.db import connection
+from django.test import override_settings
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from agentrun.auth import issue_api_key
@@ -33,6 +34,7 @@ from tests.builders import make_run
 from tests.dispatch.helpers import FailingLauncher, RecordingLauncher, make_dispatch_command
 from tests.queues.helpers import file_task, schedule
 from tests.sessions.helpers import admit
+from webhooks.services.endpoints import create_endpoint
 
 RUNNER = "runner-op-1"
 
@@ -63,6 +65,7 @@ class World:
 
 def build_world() -> World:
     """Every registered model gets rows; see `World` for the ones tests act on."""
+    _webhook_endpoint("tenant-a")  # the tenant of `admit`'s turns
     turn = admit("sess-op-1", "summarise the repo")
     claimed = claim_run(run_id=turn.run.id, runner_id=RUNNER, lease_ms=600_000)
     register_runner(
@@ -93,6 +96,14 @@ def build_world() -> World:
         cancelled_run=cancelled,
         retrying_record=_outbox_with_one_failing_key(cancelled.id),
     )
+
+
+def _webhook_endpoint(tenant_id: str) -> None:
+    """An endpoint of the world's tenant: every later event gets a delivery (never sent)."""
+    with override_settings(AGENTRUN_WEBHOOK_ALLOW_PRIVATE=True, AGENTRUN_WEBHOOK_ALLOW_HTTP=True):
+        create_endpoint(
+            tenant_id=tenant_id, url="http://127.0.0.1:9/hook", event_types=["*"], description=""
+        )
 
 
 def append_logs(run: Run, count: int) -> None:

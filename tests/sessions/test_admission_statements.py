@@ -7,6 +7,8 @@ that, an interrupt was 69 statements, a created turn 33 and a steer 21 (one seq 
 INSERT, session UPDATE and NOTIFY per event, the session re-read up to five times, every
 cancel stage saved on its own). Counts include BEGIN and COMMIT; the outbox is off. A
 path that ends a run has one UPDATE more since issue 16: it revokes the run's runner keys.
+Since issue 21 an append makes one webhook-delivery INSERT … SELECT (nothing is written
+when the tenant has no endpoint).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def appends_once(sqls: list[str]) -> bool:
 
 def test_a_created_turn_on_a_new_session() -> None:
     sqls = statements(lambda: admit("s-new", "hi", dispatch={}))
-    assert len(sqls) == 22, sqls
+    assert len(sqls) == 23, sqls
     assert appends_once(sqls)
     assert phases(Run.objects.get().id) == ["user_message", "run-created", "command-created"]
 
@@ -64,7 +66,7 @@ def test_a_created_turn_on_a_session_whose_last_turn_ended_locks_its_row_once() 
         session_id="s-ended", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
     )
     sqls = statements(lambda: admit("s-ended", "second", dispatch={}))
-    assert len(sqls) == 18, sqls
+    assert len(sqls) == 19, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 
@@ -77,7 +79,7 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 34, sqls
+    assert len(sqls) == 35, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
     assert count(sqls, 'INSERT INTO "agentrun_cancel_requests"') == 1
     assert count(sqls, 'UPDATE "agentrun_cancel_requests"') == 0
@@ -101,7 +103,7 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 31, sqls
+    assert len(sqls) == 32, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 
@@ -116,7 +118,7 @@ def test_a_steer(through: str) -> None:
                 session_id="s-steer", scope=Scope.tenant("tenant-a"), payload={"text": "x"}
             )
         )
-    assert len(sqls) == 16, sqls
+    assert len(sqls) == 17, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 
@@ -141,5 +143,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 25, sqls
+    assert len(sqls) == 26, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

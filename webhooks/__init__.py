@@ -1,0 +1,1 @@
+"""Webhooks: signed, ordered, replayable deliveries of events to tenants' HTTPS endpoints."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "webhooks"
+    default_auto_field = "django.db.models.BigAutoField"

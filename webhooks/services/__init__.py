@@ -1,0 +1,2 @@
+"""Writes of the webhooks app: endpoints (`endpoints`), the relay (`relay`), replay and
+retry (`replay`)."""

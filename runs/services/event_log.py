@@ -3,8 +3,8 @@
 The seq of an event is `max(seq) + 1` read under the run's row lock, so seqs are gap-free
 and unique per run however many writers race (seed `appendEventWithLockedRun`). Payloads
 are redacted before they are stored. Each transaction that appends notifies
-`agentrun_run_change` with `<run id>:<last seq>`; PostgreSQL delivers the notification at
-commit, so a long-poll never sees an event that then rolls back.
+`agentrun_run_change` with `<run id>:<last seq>`; it is sent after the
+commit (`runs.sql` says why), so a long-poll never sees an event that then rolls back.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError, conflict, stale_lease
@@ -34,7 +34,7 @@ from runs.services.fencing import (
     stale_claim_reason,
 )
 from runs.sql import RUN_CHANGE_CHANNEL as RUN_CHANGE_CHANNEL  # re-exported: listeners use it
-from runs.sql import EventRow, insert_events
+from runs.sql import EventRow, insert_events, notify_runs_changed
 
 log = logging.getLogger("agentrun.runs")
 
@@ -175,7 +175,6 @@ def _store(per_run: list[list[Event]]) -> None:
         ],
         session_runs=session_runs,  # type: ignore[arg-type]
         now=per_run[0][0].created_at,
-        notify=NOTIFY_ON_APPEND,
     )
     for rows in per_run:
         last = base[rows[0].run_id]
@@ -184,12 +183,24 @@ def _store(per_run: list[list[Event]]) -> None:
             event._state.adding, event._state.db = False, connection.alias  # as bulk_create
     for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
         record_outbox_locked(run=rows[0].run, events=rows)  # a no-op when the outbox is off
+    if NOTIFY_ON_APPEND:
+        last_seqs = {rows[0].run_id: rows[-1].seq for rows in per_run}
+        transaction.on_commit(lambda: _notify_safely(last_seqs))
     count_events_on_commit(event.type for rows in per_run for event in rows)
 
 
-# Whether appends queue their `agentrun_run_change` notifications: always, except where
+# Whether appends send their `agentrun_run_change` notifications: always, except where
 # bench cell 1 switches it off in its own process to measure what NOTIFY costs.
 NOTIFY_ON_APPEND = True
+
+
+def _notify_safely(last_seqs: dict[str, int]) -> None:
+    """After commit (`runs.sql.notify_runs_changed` says why not before). A failure is
+    logged, not raised: the events are committed, and a waiter re-reads at its timeout."""
+    try:
+        notify_runs_changed(last_seqs)
+    except DatabaseError as error:
+        log.warning("run-change notification not sent: %s", error)
 
 
 def fence_runner_write(

@@ -1,10 +1,10 @@
 """Statements per runner append, pinned (bench cell 1 measures the same path).
 
 A runner's batch is BEGIN, the run lock, one event statement (`runs.sql.insert_events`:
-last seq, INSERT, session touch, NOTIFY) and COMMIT, whatever the batch size; before issue
-18 it was seven (the seq read, the INSERT, the session UPDATE and the NOTIFY apart). The
-outbox adds one statement per append (`outbox.locks.insert_outbox_records`: the key lock,
-the sequence values and the INSERT).
+last seq, INSERT, session touch), COMMIT and, after the commit, the NOTIFY, whatever the
+batch size; before issue 18 it was seven, the NOTIFY inside the transaction (where it
+serialised every appender's commit). The outbox adds one statement per append
+(`outbox.locks.insert_outbox_records`: the key lock, the sequence values and the INSERT).
 """
 
 from __future__ import annotations
@@ -39,13 +39,16 @@ def append(run: Run, count: int) -> list[str]:
 
 @pytest.mark.parametrize("count", [1, 100])
 @pytest.mark.parametrize("session_id", [None, "s-append"])
-def test_a_runner_append_is_four_statements(count: int, session_id: str | None) -> None:
+def test_a_runner_append_is_four_statements_and_the_notify(
+    count: int, session_id: str | None
+) -> None:
     run = claimed(session_id)
     before = Event.objects.filter(run=run).count()
     sqls = append(run, count)
-    assert len(sqls) == 4, sqls
-    assert sqls[0] == "BEGIN" and sqls[1].endswith("FOR UPDATE") and sqls[-1] == "COMMIT"
-    assert sqls[2].startswith("WITH base")
+    assert len(sqls) == 5, sqls
+    assert sqls[0] == "BEGIN" and sqls[1].endswith("FOR UPDATE") and sqls[3] == "COMMIT"
+    assert sqls[2].startswith("WITH base") and "pg_notify" not in sqls[2]
+    assert "pg_notify" in sqls[4] and "synchronous_commit" in sqls[4]
     seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, before + count + 1))
     if session_id:

@@ -8,8 +8,8 @@ seqs are the tests in test_cancel.py and test_lease_protocol.py. Counts include 
 COMMIT; the outbox is off. With one append per event these were 41 (the run cancel), 30
 (the command cancel), 37 (the run finish), 24 (the command finish) and 28 (the reaper).
 Ending a run costs one UPDATE more since issue 16: it revokes the run's runner keys.
-Since issue 18 the append is one statement (`runs.sql.insert_events`), two fewer than the
-seq read, INSERT and NOTIFY (three fewer with the session UPDATE).
+Since issue 18 the append is one statement (`runs.sql.insert_events`: seq read, INSERT,
+session UPDATE) and the NOTIFY, sent after COMMIT; a session version is one statement.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_a_run_cancel_with_a_live_runner_and_two_open_commands() -> None:
     # the run and its commands locked, the request (once), the run's cancel fields, per
     # command its row and its intents, the terminal status (run, lease, intents), and one
     # append of eight events
-    assert len(sqls) == 15, sqls
+    assert len(sqls) == 16, sqls
     assert appended_once(sqls)
     assert sum(sql.startswith('UPDATE "agentrun_cancel_requests"') for sql in sqls) == 0
     assert events_of(run) == list(range(1, before + 9))
@@ -76,7 +76,7 @@ def test_a_command_cancel() -> None:
     run = make_claimed_run()
     command = create_command(run_id=run.id, type="turn", payload={"text": "hi"}).command
     sqls = statements(lambda: cancel_command(command_id=command.id, reason="stop"))
-    assert len(sqls) == 9, sqls
+    assert len(sqls) == 10, sqls
     assert appended_once(sqls)
 
 
@@ -90,7 +90,7 @@ def test_a_run_finish_that_records_the_thread_and_closes_an_open_command() -> No
             run_id=run.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
         )
     )
-    assert len(sqls) == 22, sqls
+    assert len(sqls) == 21, sqls
     assert appended_once(sqls)
 
 
@@ -104,7 +104,7 @@ def test_a_command_finish_that_records_the_thread() -> None:
             command_id=command.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
         )
     )
-    assert len(sqls) == 17, sqls
+    assert len(sqls) == 16, sqls
     assert appended_once(sqls)
 
 

@@ -7,8 +7,9 @@ that, an interrupt was 69 statements, a created turn 33 and a steer 21 (one seq 
 INSERT, session UPDATE and NOTIFY per event, the session re-read up to five times, every
 cancel stage saved on its own). Counts include BEGIN and COMMIT; the outbox is off. A
 path that ends a run has one UPDATE more since issue 16: it revokes the run's runner keys.
-Since issue 18 the append is one statement (`runs.sql.insert_events`): the seq read, the
-INSERT, the session touch and the NOTIFY were four, so every path here is three fewer.
+Since issue 18 the append is one statement (`runs.sql.insert_events`: the seq read, the
+INSERT and the session touch were three) plus the NOTIFY after COMMIT, and a session
+version is one statement (the shared feed lock and `nextval` were two).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def appends_once(sqls: list[str]) -> bool:
 
 def test_a_created_turn_on_a_new_session() -> None:
     sqls = statements(lambda: admit("s-new", "hi", dispatch={}))
-    assert len(sqls) == 19, sqls
+    assert len(sqls) == 18, sqls
     assert appends_once(sqls)
     assert phases(Run.objects.get().id) == ["user_message", "run-created", "command-created"]
 
@@ -80,7 +81,7 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 31, sqls
+    assert len(sqls) == 30, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
     assert count(sqls, 'INSERT INTO "agentrun_cancel_requests"') == 1
     assert count(sqls, 'UPDATE "agentrun_cancel_requests"') == 0
@@ -104,7 +105,7 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 28, sqls
+    assert len(sqls) == 27, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 

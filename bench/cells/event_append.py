@@ -262,6 +262,7 @@ def figures(scale: Scale) -> list[Figure]:
                 params={"writers": writers, "runs": RUNS, "batch": 1},
                 unit="events/s",
                 reference_kind="limit",
+                goal=(">=", 0.8),  # issue 18
             )
         )
     out.append(
@@ -275,6 +276,7 @@ def figures(scale: Scale) -> list[Figure]:
             params={"writers": 8, "runs": RUNS, "batch": 100},
             unit="events/s",
             reference_kind="limit",
+            goal=(">=", 0.8),  # issue 18
         )
     )
     out.append(
@@ -328,6 +330,7 @@ def figures(scale: Scale) -> list[Figure]:
             params={"writers": 8, "runs": RUNS, "batch": 1},
             unit="events/s",
             reference_kind="self",
+            goal=(">=", 0.85),  # issue 18
         )
     )
     return out

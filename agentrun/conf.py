@@ -81,6 +81,8 @@ dispatch_backoff_cap_ms = Setting("AGENTRUN_DISPATCH_BACKOFF_CAP_MS", int)
 dispatch_max_attempts = Setting("AGENTRUN_DISPATCH_MAX_ATTEMPTS", int)
 dispatch_capacity_wait_ms = Setting("AGENTRUN_DISPATCH_CAPACITY_WAIT_MS", int)
 dispatch_wake_on_commit = Setting("AGENTRUN_DISPATCH_WAKE_ON_COMMIT", bool)
+# Whether a worker consuming the dispatch queue claims on `LISTEN` (dispatch/listener.py).
+dispatch_listen = Setting("AGENTRUN_DISPATCH_LISTEN", bool)
 # The default launcher kind (`local`, `kubernetes`, or an extra one).
 launcher = Setting("AGENTRUN_LAUNCHER", _text)
 

@@ -72,6 +72,26 @@ def advisory_xact_lock_shared(key: LockKey, value: str) -> None:
         )
 
 
+# The shared lock first, then the value: `locked` is read by a one-time filter, so the
+# sequence is not drawn before the lock is held (`agentrun.versions` needs that order).
+_NEXTVAL_UNDER_SHARED_LOCK = """\
+WITH locked AS MATERIALIZED (
+  SELECT pg_advisory_xact_lock_shared(hashtext(%s), hashtext(%s))
+)
+SELECT nextval(%s::regclass) WHERE EXISTS (SELECT FROM locked)
+"""
+
+
+def nextval_under_shared_lock(key: LockKey, value: str, sequence: str) -> int:
+    """`advisory_xact_lock_shared(key, value)`, then the sequence's next value, in one
+    statement (one round trip where it was two: a version feed's writer, issue 18)."""
+    assert connection.in_atomic_block, "nextval_under_shared_lock needs an open transaction"
+    with connection.cursor() as cursor:
+        cursor.execute(_NEXTVAL_UNDER_SHARED_LOCK, [str(key), value, sequence])
+        row = cursor.fetchone()
+    return int(row[0])
+
+
 @contextmanager
 def advisory_session_lock(key: LockKey, value: str, *, wait: bool = True) -> Iterator[bool]:
     """Hold a session-level lock across transactions; yields False if `wait=False` missed it.

@@ -26,11 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import BigIntegerField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from agentrun.locks import LockKey, advisory_xact_lock, advisory_xact_lock_shared
+from agentrun.locks import LockKey, advisory_xact_lock, nextval_under_shared_lock
 
 _FEED = "global"
 
@@ -43,12 +42,9 @@ class VersionFeed:
     def next_version(self) -> int:
         """Allocate the next version. Inside the writer's transaction, after its row
         locks; the shared feed lock is held until that transaction ends."""
-        advisory_xact_lock_shared(self.lock, _FEED)
-        with connection.cursor() as cursor:
-            # Raw SQL: the ORM has no sequences. The name is a constant of this module.
-            cursor.execute("SELECT nextval(%s)", [self.sequence])
-            row = cursor.fetchone()
-        return int(row[0])
+        # One statement takes the shared lock and draws the value (the ORM has no
+        # sequences; the name is a constant of this module).
+        return nextval_under_shared_lock(self.lock, _FEED, self.sequence)
 
     def settle(self) -> None:
         """Wait until no allocated version is uncommitted. Call first in the feed's

@@ -36,7 +36,7 @@ def install_peers() -> None:
         for profile in BENCH_PROFILES:
             conn.execute(
                 "INSERT INTO agentrun_backends (profile, capabilities, capacity, health,"
-                " updated_at) VALUES (%s, '{}', '{}', '{}', now())"
+                " policy_ceiling, updated_at) VALUES (%s, '{}', '{}', '{}', '{}', now())"
                 " ON CONFLICT (profile) DO NOTHING",
                 [profile],
             )
@@ -79,8 +79,8 @@ def set_bench_capacity(capacity: dict[str, int]) -> None:
     """The bench profile's `capacity` (`{}`: no limit, so no runner-create fence)."""
     with env.admin_connect() as conn:
         conn.execute(
-            "INSERT INTO agentrun_backends (profile, capabilities, capacity, health, updated_at)"
-            " VALUES (%s, '{}', %s, '{}', now())"
+            "INSERT INTO agentrun_backends (profile, capabilities, capacity, health,"
+            " policy_ceiling, updated_at) VALUES (%s, '{}', %s, '{}', '{}', now())"
             " ON CONFLICT (profile) DO UPDATE SET capacity = excluded.capacity",
             [BENCH_PROFILE, json.dumps(capacity)],
         )

@@ -63,13 +63,13 @@ def cloud_event(*, run: Run, event: Event, partition_key: str, source: str) -> d
     }
 
 
-def message_headers(*, run: Run, event: Event, outbox_seq: int) -> dict[str, str]:
-    """Kafka headers, stored as JSON text values and sent as UTF-8 bytes."""
+def message_headers(*, run: Run, event: Event) -> dict[str, str]:
+    """Kafka headers, stored as JSON text values and sent as UTF-8 bytes. The record's
+    `outbox_seq` header is added by the statement that draws it (`outbox.locks`)."""
     return {
         "content-type": CONTENT_TYPE,
         "event_id": event.id,
         "event_type": event.type,
         "run_id": run.id,
         "seq": str(event.seq),
-        "outbox_seq": str(outbox_seq),
     }

@@ -1,12 +1,13 @@
 """Locks of the outbox: the key lock, and the relay's claim and completion statements,
 which lock the rows they lease or settle.
 
-- `lock_outbox_key` is the per-(topic, partition key) transaction advisory lock a writer
-  takes before it draws `outbox_seq` values (`outbox.sql.reserve_outbox_seqs`). It is held
-  until the writer commits, so a second writer of the same key draws larger values only
-  after the first committed: within a key, `outbox_seq` order is commit order, and the
-  relay never sees a later record of a key committed while an earlier one is still
-  invisible. Lock order: the run row, the session row, then this lock (always last).
+- `insert_outbox_records` is the writer's statement: it takes the per-(topic, partition
+  key) transaction advisory lock, then draws the records' `outbox_seq` values and inserts
+  them (one round trip). The lock is held until the writer commits, so a second writer of
+  the same key draws larger values only after the first committed: within a key,
+  `outbox_seq` order is commit order, and the relay never sees a later record of a key
+  committed while an earlier one is still invisible. Lock order: the run row, the session
+  row, then this lock (always last).
 - `claim_due_records` is the seed's `claimKafkaEventOutbox`: per key, only the *prefix* of
   due, unleased, undelivered records is claimed, with `FOR UPDATE … SKIP LOCKED`, and the
   lease is set in the same statement. It must run in its own short transaction that
@@ -27,11 +28,13 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
 
 from agentrun.locks import advisory_xact_lock_on
+from outbox.models import OUTBOX_SEQUENCE
 from outbox.sql import ClaimedRecord, update_by_tokens
 
 logger = logging.getLogger("outbox.relay")
@@ -39,13 +42,63 @@ MAX_CLAIM = 2_000
 RECORDS_PER_KEY = 8  # a claim takes a key's records 8 at a time before it goes deeper
 
 
+# The writer's one statement (issue 18; it was three: the key lock, the sequence batch and
+# the ORM's INSERT): `locked` takes the key lock; `drawn` draws one sequence value per
+# record in the records' order, gated by a one-time filter on `locked`, so no value is
+# drawn before the lock is held (which is what orders a key's values by commit); the
+# INSERT adds each record's `outbox_seq` to its headers. `next_attempt_at` keeps the
+# column default (due at once). The lock's key is the seed's, (hashtext(topic),
+# hashtext(partition key)), as `lock_outbox_key` takes it.
+_INSERT_RECORDS_SQL = """\
+WITH locked AS MATERIALIZED (
+  SELECT pg_advisory_xact_lock(hashtext(%(topic)s), hashtext(%(partition_key)s))
+),
+drawn AS MATERIALIZED (
+  SELECT r.rec, r.ord, nextval(%(sequence)s::regclass) AS outbox_seq
+  FROM jsonb_array_elements(%(records)s::jsonb) WITH ORDINALITY AS r(rec, ord)
+  WHERE EXISTS (SELECT FROM locked)
+)
+INSERT INTO agentrun_kafka_event_outbox
+  (id, outbox_seq, event_id, run_id, source_seq, topic, partition_key, value, headers,
+   attempt_count, created_at, updated_at)
+SELECT d.rec->>'id', d.outbox_seq, d.rec->>'event_id', %(run_id)s, (d.rec->>'source_seq')::int,
+       %(topic)s, %(partition_key)s, d.rec->'value',
+       d.rec->'headers' || jsonb_build_object('outbox_seq', d.outbox_seq::text),
+       0, %(now)s, %(now)s
+FROM drawn d ORDER BY d.ord
+RETURNING outbox_seq
+"""
+
+
 def lock_outbox_key(*, topic: str, partition_key: str) -> None:
-    """Take the (topic, key) transaction advisory lock. Needs the writer's transaction.
+    """Take the (topic, key) transaction advisory lock alone (the writer's statement below
+    takes the same lock itself). Needs the writer's transaction.
 
     The seed's key: `(hashtext(topic), hashtext(partition key))`, so an old manager's
     writer of the same key is ordered with ours.
     """
     advisory_xact_lock_on(topic, partition_key)
+
+
+def insert_outbox_records(
+    *, topic: str, partition_key: str, run_id: str, records: list[dict[str, Any]], now: datetime
+) -> list[int]:
+    """Take the (topic, key) lock, draw the records' `outbox_seq` values and insert them, in
+    one statement; returns the values in the records' order. Each record: `id`,
+    `event_id`, `source_seq`, `value`, `headers` (without `outbox_seq`, added here). Needs
+    the writer's transaction, after its run and session locks."""
+    params: dict[str, Any] = {
+        "sequence": OUTBOX_SEQUENCE,
+        # One JSON text: bound client side, one quoted string costs less than arrays.
+        "records": json.dumps(records),
+        "run_id": run_id,
+        "topic": topic,
+        "partition_key": partition_key,
+        "now": now,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_RECORDS_SQL, params)
+        return [int(row[0]) for row in cursor.fetchall()]
 
 
 # The seed's claim takes the due, unleased prefix of each key, keys served round robin,

@@ -7,18 +7,17 @@ module imports only the models, locks and versions of `runs` and of its own app,
 `agentrun` (`tests/test_projection_layers.py`).
 
 `record_outbox_locked` is not a service of its own: the runs event append calls it right
-after it inserts a batch of events, inside the caller's transaction and under the run's
-row lock, so the records commit or roll back with their events. Per call it takes one
-advisory lock, draws one batch of sequence values and makes one bulk insert, whatever the
-number of events. With the outbox disabled it returns at once and writes nothing.
+after it inserts a batch of events, inside the caller's transaction and under the run's row
+lock, so the records commit or roll back with their events. Per call it takes one advisory
+lock, draws one batch of sequence values and makes one bulk insert, whatever the number of
+events, all in one statement (`outbox.locks.insert_outbox_records`). With the outbox
+disabled it returns at once and writes nothing.
 
 After commit, one Celery task per transaction wakes the relay (`outbox.relay_batch`), so a
 record is picked up at once rather than at the next beat tick.
 """
 
 from __future__ import annotations
-
-from datetime import datetime
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -29,51 +28,36 @@ from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
 from outbox.cloudevents import cloud_event, message_headers, partition_key_for
 from outbox.kafka import outbox_enabled, outbox_topic
-from outbox.locks import lock_outbox_key
-from outbox.models import KafkaEventOutbox
-from outbox.sql import reserve_outbox_seqs
+from outbox.locks import insert_outbox_records
 from runs.models import Event, Run
 
 
-def record_outbox_locked(*, run: Run, events: list[Event]) -> list[KafkaEventOutbox]:
-    """Write one outbox record per event. Needs the caller's transaction and run lock.
+def record_outbox_locked(*, run: Run, events: list[Event]) -> list[int]:
+    """Write one outbox record per event; returns their `outbox_seq` values. Needs the
+    caller's transaction and run lock.
 
     Locks: the (topic, partition key) advisory lock, held to commit, taken before the
-    sequence values are drawn. Side effect after commit: the relay is woken.
+    sequence values are drawn (both in `insert_outbox_records`' one statement). Side
+    effect after commit: the relay is woken.
     """
     if not events or not outbox_enabled():
         return []
-    topic, key = outbox_topic(), partition_key_for(run)
-    lock_outbox_key(topic=topic, partition_key=key)
-    seqs = reserve_outbox_seqs(len(events))
-    now = timezone.now()
+    topic, key, source = outbox_topic(), partition_key_for(run), conf.kafka_source()
     records = [
-        _record(run=run, event=event, topic=topic, key=key, outbox_seq=seq, now=now)
-        for event, seq in zip(events, seqs, strict=True)
+        {
+            "id": new_id("obx"),
+            "event_id": event.id,
+            "source_seq": event.seq,
+            "value": cloud_event(run=run, event=event, partition_key=key, source=source),
+            "headers": message_headers(run=run, event=event),
+        }
+        for event in events
     ]
-    KafkaEventOutbox.objects.bulk_create(records)
-    _wake_relay_on_commit()
-    return records
-
-
-def _record(
-    *, run: Run, event: Event, topic: str, key: str, outbox_seq: int, now: datetime
-) -> KafkaEventOutbox:
-    source = conf.kafka_source()
-    value = cloud_event(run=run, event=event, partition_key=key, source=source)
-    return KafkaEventOutbox(
-        id=new_id("obx"),
-        outbox_seq=outbox_seq,
-        event_id=event.id,
-        run=run,
-        source_seq=event.seq,
-        topic=topic,
-        partition_key=key,
-        value=value,
-        headers=message_headers(run=run, event=event, outbox_seq=outbox_seq),
-        created_at=now,
-        updated_at=now,
+    seqs = insert_outbox_records(
+        topic=topic, partition_key=key, run_id=run.id, records=records, now=timezone.now()
     )
+    _wake_relay_on_commit()
+    return seqs
 
 
 def _wake_relay_on_commit() -> None:

@@ -1,18 +1,16 @@
-"""The outbox's raw SQL that takes no lock: the writer's sequence batch and the relay's
-retry statement, plus the shape of a claimed record that every relay statement reads.
+"""The outbox's raw SQL that takes no lock: the relay's retry statement, plus the shape of
+a claimed record that every relay statement reads. (The writer's statement takes the key
+lock, so it is `outbox.locks.insert_outbox_records`.)
 
-- `reserve_outbox_seqs` draws a batch of values from the global sequence in one query (the
-  writer calls it under the key lock of `outbox.locks`, which is what orders a key's values).
 - `retry_claims` sends a batch back to retry in one statement, every row fenced by its
   claim's (id, lease owner, attempt count) and a live lease; it runs in the relay's settle
   transaction. `update_by_tokens` runs it (and `outbox.locks.complete_claims`) over the
   batch's tokens in one round trip.
 
 Why raw SQL: this is the measured hot path (a relay batch is a claim and two settle
-statements, whatever its size). The ORM cannot express `nextval` on a named sequence, or
-an `UPDATE … FROM` a set of rows that gives every row its own fencing token. Statements
-that lock rows (the claim's `SKIP LOCKED`, the completion's `FOR UPDATE`) are in
-`outbox.locks`, as house rule 8 requires.
+statements, whatever its size). The ORM cannot express an `UPDATE … FROM` a set of rows
+that gives every row its own fencing token. Statements that lock rows (the claim's `SKIP
+LOCKED`, the completion's `FOR UPDATE`) are in `outbox.locks`, as house rule 8 requires.
 """
 
 from __future__ import annotations
@@ -22,8 +20,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.db import connection
-
-from outbox.models import OUTBOX_SEQUENCE
 
 
 class ClaimedRecord(NamedTuple):
@@ -49,18 +45,6 @@ class ClaimedRecord(NamedTuple):
             "attempt_count": self.attempt_count,
             **settle,
         }
-
-
-def reserve_outbox_seqs(count: int) -> list[int]:
-    """Draw `count` values of the global outbox sequence, ascending. Call it under the key
-    lock so that the values of a key follow commit order."""
-    with connection.cursor() as cursor:
-        # Raw SQL: one round trip for the whole batch; the ORM has no nextval().
-        cursor.execute(
-            "SELECT nextval(%s::regclass) FROM generate_series(1, %s)",
-            [OUTBOX_SEQUENCE, count],
-        )
-        return sorted(int(row[0]) for row in cursor.fetchall())
 
 
 # Back to retry (seed `retryKafkaEventOutbox`): each row fenced by its own token, given its

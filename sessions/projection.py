@@ -4,7 +4,8 @@ This is the sessions module of the projection tier (SPEC §9.1): functions the `
 services call inside the run's transaction, in lock order (run → commands → session →
 queue → key lock), each named `*_locked`. They take the session row lock after the
 caller's run (and command) locks. A visible change takes a new global version
-(`sessions.versions`); event appends only advance `last_event_seq` and activity.
+(`sessions.versions`); event appends only advance `last_event_seq` and activity, in the
+append's own statement (`runs.sql.insert_events`).
 
 A projection module imports only the models, locks and versions of `runs` and of its own
 app, plus `agentrun` (`tests/test_projection_layers.py`), so `runs` can call it without
@@ -13,10 +14,8 @@ importing anything that imports `runs` services back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from agentrun.errors import conflict
@@ -248,21 +247,6 @@ def project_run_terminal_locked(run: Run, *, session: Session | None = None) -> 
         terminal_status=run.status,
         failure_kind=run.failure_kind,
         session=current,
-    )
-
-
-def record_events_activity_locked(last_seqs: Mapping[str, int]) -> None:
-    """Advance the last event seq and activity of several sessions (session id → the last
-    seq appended for it) in one UPDATE; not a versioned change. Its index scan locks the
-    rows in id order."""
-    if not last_seqs:
-        return
-    now = timezone.now()
-    seqs = [When(pk=session_id, then=Value(seq)) for session_id, seq in last_seqs.items()]
-    Session.objects.filter(pk__in=list(last_seqs)).update(
-        last_event_seq=Case(*seqs),
-        last_activity_at=now,
-        updated_at=now,
     )
 
 

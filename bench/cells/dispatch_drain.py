@@ -192,7 +192,7 @@ def celery_figure(*, n: int, slots: int, reps: int) -> Any:
             drain_sample("pgqueuer", n=n, slots=slots),
             params={"items": n, "processes": PROCESSES, "slots": slots, "batch": 10},
             unit="items/s",
-            goal=(">=", 1.0),
+            goal=(">=", 0.5),  # issue 18: the deployed path >= 0.5x PgQueuer
         ),
         reps,
     )

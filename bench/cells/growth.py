@@ -12,7 +12,7 @@ The large history is written once and kept between bench runs (it is checked by 
 Figures, each interleaved small/large x 3: the single-event append at 8 writers (cell 1's
 agentrun side), and the dispatch drain at 2 x 4 (cell 3's agentrun side, with only the
 drained rows deleted between repetitions so the history stays). Ratio = small rate /
-large rate; the goal is <= 1.2.
+large rate; the goal is <= 1.1 (issue 18; it was 1.2).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def run(scale: Scale) -> CellReport:
                 in_database(large_db, append),
                 params={"writers": 8, "history_events_small": small_runs * PER_RUN},
                 unit="events/s",
-                goal=("<=", 1.2),
+                goal=("<=", 1.1),
                 reference_kind="self",
             ),
             scale.heavy_reps,
@@ -145,7 +145,7 @@ def run(scale: Scale) -> CellReport:
                 in_database(large_db, drain),
                 params={"items": n, "history_intents_small": small_runs},
                 unit="items/s",
-                goal=("<=", 1.2),
+                goal=("<=", 1.1),
                 reference_kind="self",
             ),
             scale.heavy_reps,

@@ -334,7 +334,7 @@ def rate_figures(
     outcomes = []
     for procs in p["processes"]:
         params = {"records": n, "keys": KEYS, "relay_processes": procs}
-        for reference, goal, kind in (("producer", 0.25, "limit"), (f"naive.{procs}", 0.8, "peer")):
+        for reference, goal, kind in (("producer", 0.35, "limit"), (f"naive.{procs}", 0.8, "peer")):
             name = reference.split(".")[0]
             figure = Figure(
                 f"7.relay.{procs}.{name}",

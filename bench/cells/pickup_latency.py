@@ -216,6 +216,9 @@ def run(scale: Scale) -> CellReport:
                 params={"rate": rate, "seconds": seconds, "processes": PROCESSES, "slots": SLOTS},
                 metric=metric,
                 unit="ms",
+                # Issue 18: deployed p50 <= 1.5x PgQueuer's, p99 <= PgQueuer's (latency
+                # ratios are reference / agentrun).
+                goal=(">=", round(1 / 1.5, 3) if metric == "p50" else 1.0),
             )
             for metric in ("p50", "p99")
         ],
@@ -230,7 +233,18 @@ def _shared_refs(figures: list[Figure], reps: int) -> list[Any]:
 
     peers = {f.b_name: f.b for f in figures}
     base = [
-        Figure(f.key, f.title, f.a_name, f.a, f.b_name, peers[f.b_name], f.params, f.metric, f.unit)
+        Figure(
+            f.key,
+            f.title,
+            f.a_name,
+            f.a,
+            f.b_name,
+            peers[f.b_name],
+            f.params,
+            f.metric,
+            f.unit,
+            goal=f.goal,
+        )
         for f in figures
         if f.metric == "p50"
     ]

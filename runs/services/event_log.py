@@ -3,8 +3,8 @@
 The seq of an event is `max(seq) + 1` read under the run's row lock, so seqs are gap-free
 and unique per run however many writers race (seed `appendEventWithLockedRun`). Payloads
 are redacted before they are stored. Each transaction that appends notifies
-`agentrun_run_change` with `<run id>:<last seq>`; PostgreSQL delivers the notification at
-commit, so a long-poll never sees an event that then rolls back.
+`agentrun_run_change` with `<run id>:<last seq>`; it is sent after the
+commit (`runs.sql` says why), so a long-poll never sees an event that then rolls back.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Max, OuterRef, Subquery
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError, conflict, stale_lease
@@ -34,10 +33,10 @@ from runs.services.fencing import (
     refuses_output,
     stale_claim_reason,
 )
-from sessions.projection import record_events_activity_locked
+from runs.sql import RUN_CHANGE_CHANNEL as RUN_CHANGE_CHANNEL  # re-exported: listeners use it
+from runs.sql import EventRow, insert_events, notify_runs_changed
 from webhooks.record import record_webhook_deliveries_locked
 
-RUN_CHANGE_CHANNEL = "agentrun_run_change"
 log = logging.getLogger("agentrun.runs")
 
 
@@ -61,8 +60,7 @@ def append_events_locked(
     was cancelled is kept but marked: it is stored as `backend_status {phase:
     late-write-rejected}` instead of as output (seed `fenceLateEventForCancelledRun`).
     """
-    last_seq = Event.objects.filter(run=run).aggregate(last=Max("seq"))["last"] or 0
-    rows = _event_rows(run, events, last_seq=last_seq, runner_id=runner_id, now=timezone.now())
+    rows = _event_rows(run, events, runner_id=runner_id, now=timezone.now())
     _store([rows])
     return rows
 
@@ -79,13 +77,8 @@ def append_events_to_runs_locked(*, batches: list[RunEvents]) -> list[list[Event
     NOTIFY statement, whatever the number of runs. Needs the caller's transaction and every
     run's lock; one entry per run. Returns the appended events per entry, in order."""
     assert len({batch.run.id for batch in batches}) == len(batches), "one entry per run"
-    last_seqs = _last_seqs([batch.run.id for batch in batches])
     now = timezone.now()
-    appended = [
-        _event_rows(batch.run, batch.events, last_seq=last_seqs[batch.run.id], now=now)
-        for batch in batches
-        if batch.events
-    ]
+    appended = [_event_rows(batch.run, batch.events, now=now) for batch in batches if batch.events]
     _store(appended)
     return appended
 
@@ -131,18 +124,11 @@ def collecting(events: PendingEvents | None) -> Iterator[PendingEvents]:
     own.append_locked()
 
 
-def _last_seqs(run_ids: list[str]) -> dict[str, int]:
-    """Each run's last event seq, in one statement: a correlated `ORDER BY seq DESC LIMIT
-    1` per run walks the (run, seq) index instead of aggregating the runs' whole logs.
-    Read after the runs were locked, so no event of theirs can commit meanwhile."""
-    last = Event.objects.filter(run=OuterRef("pk")).order_by("-seq").values("seq")[:1]
-    found = Run.objects.filter(pk__in=run_ids).annotate(last=Subquery(last))
-    return {run_id: seq or 0 for run_id, seq in found.values_list("pk", "last")}
-
-
 def _event_rows(
-    run: Run, events: list[NewEvent], *, last_seq: int, now: datetime, runner_id: str | None = None
+    run: Run, events: list[NewEvent], *, now: datetime, runner_id: str | None = None
 ) -> list[Event]:
+    """The events to append, each with its offset in the run's batch as a provisional seq
+    (`_store` adds the run's last seq once the statement read it)."""
     rows = []
     for offset, new in enumerate(events, start=1):
         event_type, payload = new.type, new.payload
@@ -160,7 +146,7 @@ def _event_rows(
             Event(
                 id=new_id("evt"),
                 run=run,
-                seq=last_seq + offset,
+                seq=offset,
                 type=event_type,
                 payload=redact_json(payload),
                 created_at=now,
@@ -171,44 +157,55 @@ def _event_rows(
 
 def _store(per_run: list[list[Event]]) -> None:
     """Insert the events of one or more locked runs and record what follows from them, in
-    the documented lock order: every session row first, then every outbox key lock. The
-    other way round, two runs of one session deadlocked (tests/soak found it): an append
-    held the key and waited for the session row that a finish of the session's other run
-    held while it waited for the key to append its terminal event."""
+    the documented lock order: every session row first (in `insert_events`'s statement),
+    then every outbox key lock. The other way round, two runs of one session deadlocked
+    (tests/soak found it): an append held the key and waited for the session row that a
+    finish of the session's other run held while it waited for the key to append its
+    terminal event."""
     per_run = [rows for rows in per_run if rows]
     if not per_run:
         return
-    Event.objects.bulk_create([event for rows in per_run for event in rows])
-    record_events_activity_locked(
-        {rows[0].run.session_id: rows[-1].seq for rows in per_run if rows[0].run.session_id}
+    # A session records the last seq of the run appended to it last (dict order).
+    session_runs = {rows[0].run.session_id: rows[0].run_id for rows in per_run}
+    session_runs.pop(None, None)
+    base = insert_events(
+        rows=[
+            EventRow(event.id, event.run_id, event.seq, event.type, event.payload)
+            for rows in per_run
+            for event in rows
+        ],
+        session_runs=session_runs,  # type: ignore[arg-type]
+        now=per_run[0][0].created_at,
     )
+    for rows in per_run:
+        last = base[rows[0].run_id]
+        for event in rows:
+            event.seq += last
+            event._state.adding, event._state.db = False, connection.alias  # as bulk_create
     for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
         record_outbox_locked(run=rows[0].run, events=rows)  # a no-op when the outbox is off
     # Webhook deliveries: one INSERT … SELECT over the tenants' matching endpoints, after the
     # session rows are held (their locks order a session's deliveries; webhooks.models).
     record_webhook_deliveries_locked([event for rows in per_run for event in rows])
-    notify_runs_change(
-        {rows[0].run.id: rows[-1].seq for rows in per_run},
-        sessions={rows[0].run.id: rows[0].run.session_id or "" for rows in per_run},
-    )
+    if NOTIFY_ON_APPEND:
+        last_seqs = {rows[0].run_id: rows[-1].seq for rows in per_run}
+        sessions = {rows[0].run_id: rows[0].run.session_id or "" for rows in per_run}
+        transaction.on_commit(lambda: _notify_safely(last_seqs, sessions))
     count_events_on_commit(event.type for rows in per_run for event in rows)
 
 
-def notify_runs_change(last_seqs: dict[str, int], sessions: dict[str, str] | None = None) -> None:
-    """Queue `NOTIFY agentrun_run_change, '<run id>:<last seq>'` per run, in one statement;
-    PostgreSQL sends them at commit. The seq lets a long-poll listener wake exactly the
-    waiters it concerns without reading the database (`runs.waiting`); a session's run adds
-    `:<session id>`, which wakes that session's streams (a new run's first event too)."""
-    sessions = sessions or {}
-    payloads = [
-        f"{run_id}:{seq}:{sessions[run_id]}" if sessions.get(run_id) else f"{run_id}:{seq}"
-        for run_id, seq in last_seqs.items()
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-            [RUN_CHANGE_CHANNEL, payloads],
-        )
+# Whether appends send their `agentrun_run_change` notifications: always, except where
+# bench cell 1 switches it off in its own process to measure what NOTIFY costs.
+NOTIFY_ON_APPEND = True
+
+
+def _notify_safely(last_seqs: dict[str, int], sessions: dict[str, str]) -> None:
+    """After commit (`runs.sql.notify_runs_changed` says why not before). A failure is
+    logged, not raised: the events are committed, and a waiter re-reads at its timeout."""
+    try:
+        notify_runs_changed(last_seqs, sessions=sessions)
+    except DatabaseError as error:
+        log.warning("run-change notification not sent: %s", error)
 
 
 def fence_runner_write(

@@ -77,6 +77,9 @@ def celery_worker(
     log = data_dir / "worker.log"
     env = {
         **os.environ,
+        # These tests pin the Celery paths (on-commit wake-up, beat, follow-ups); the
+        # LISTEN pickup, which would race them, has its own (test_listen_pickup.py).
+        "AGENTRUN_DISPATCH_LISTEN": "false",
         **(extra_env or {}),
         "DATABASE_URL": _test_database_url(),
         "CELERY_BROKER_URL": broker,

@@ -7,7 +7,10 @@ that, an interrupt was 69 statements, a created turn 33 and a steer 21 (one seq 
 INSERT, session UPDATE and NOTIFY per event, the session re-read up to five times, every
 cancel stage saved on its own). Counts include BEGIN and COMMIT; the outbox is off. A
 path that ends a run has one UPDATE more since issue 16: it revokes the run's runner keys.
-Since issue 21 an append makes one webhook-delivery INSERT … SELECT (nothing is written
+Since issue 18 the append is one statement (`runs.sql.insert_events`: the seq read, the
+INSERT and the session touch were three) plus the NOTIFY after COMMIT, and a session
+version is one statement (the shared feed lock and `nextval` were two).
+Since issue 21 each append makes one webhook-delivery INSERT … SELECT (it writes nothing
 when the tenant has no endpoint).
 """
 
@@ -47,15 +50,16 @@ def session_locks(sqls: list[str]) -> int:
 
 
 def appends_once(sqls: list[str]) -> bool:
-    """The events were appended in one go: one INSERT, one NOTIFY."""
-    return (
-        count(sqls, 'INSERT INTO "agentrun_events"') == 1 and count(sqls, "SELECT pg_notify") == 1
-    )
+    """The events were appended in one go: one statement (`runs.sql`) that reads the last
+    seqs, inserts, touches the session and notifies, and no other event INSERT or NOTIFY."""
+    inserts = sum("INSERT INTO agentrun_events" in sql for sql in sqls)
+    notifies = sum("pg_notify" in sql for sql in sqls)
+    return (inserts, notifies) == (1, 1) and count(sqls, "WITH base") == 1
 
 
 def test_a_created_turn_on_a_new_session() -> None:
     sqls = statements(lambda: admit("s-new", "hi", dispatch={}))
-    assert len(sqls) == 23, sqls
+    assert len(sqls) == 19, sqls
     assert appends_once(sqls)
     assert phases(Run.objects.get().id) == ["user_message", "run-created", "command-created"]
 
@@ -66,7 +70,7 @@ def test_a_created_turn_on_a_session_whose_last_turn_ended_locks_its_row_once() 
         session_id="s-ended", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
     )
     sqls = statements(lambda: admit("s-ended", "second", dispatch={}))
-    assert len(sqls) == 19, sqls
+    assert len(sqls) == 16, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 
@@ -79,7 +83,7 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 35, sqls
+    assert len(sqls) == 31, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
     assert count(sqls, 'INSERT INTO "agentrun_cancel_requests"') == 1
     assert count(sqls, 'UPDATE "agentrun_cancel_requests"') == 0
@@ -103,7 +107,7 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 32, sqls
+    assert len(sqls) == 28, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 
@@ -118,7 +122,7 @@ def test_a_steer(through: str) -> None:
                 session_id="s-steer", scope=Scope.tenant("tenant-a"), payload={"text": "x"}
             )
         )
-    assert len(sqls) == 17, sqls
+    assert len(sqls) == 14, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)
 
 
@@ -143,5 +147,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 26, sqls
+    assert len(sqls) == 23, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

@@ -1,0 +1,135 @@
+"""The runs app's raw SQL that takes no lock of its own: the event append's one statement.
+
+`insert_events` is what every append ends in (a runner's batch, a server event, a batch
+settle over many runs): one statement reads each run's last seq, inserts the events with
+the following seqs and advances their sessions' `last_event_seq` and activity. Before it
+was three statements (the seq read, the INSERT, the session UPDATE), each a round trip
+and ~0.3-0.5 ms of ORM CPU.
+
+`notify_runs_changed` sends the `agentrun_run_change` notifications *after* the append
+committed, in a transaction of their own that writes nothing and commits asynchronously.
+Why not in the append's transaction: PostgreSQL serialises the commits of every
+transaction that has queued a NOTIFY (a cluster-wide lock taken before the commit record
+and held until it is flushed), so with the NOTIFY inside, no two appends' commits could
+share a WAL flush. Bench cell 1 measured it: 1,722 raw appends/s without NOTIFY, 594 with
+it, at 8 writers. The price: a process that dies between the commit and this statement
+leaves its waiters asleep until their poll times out (they re-read; nothing is lost).
+
+Why raw SQL: this is the measured hot path (bench cell 1). The ORM cannot say a
+data-modifying CTE, `INSERT … SELECT FROM unnest(…)` or `pg_notify` at all, and its query
+compilation was most of the append's CPU (issue 18). The run rows must already be locked
+by the caller (`runs.locks`): the statement starts after the locks were granted, so its
+snapshot sees every event committed before them, and the seqs it computes are the next
+ones. The session rows are locked by the UPDATE in session id order (an index scan of
+`= ANY`), after the run rows, as the lock order wants; the outbox key locks come after,
+in the caller's next statement (`outbox.record`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from psycopg.types.json import Jsonb
+
+RUN_CHANGE_CHANNEL = "agentrun_run_change"
+
+# - `base`: each run's last seq, by one backward probe of the (run, seq) index per run;
+# - `ins`: the events, seq = base + their offset within their run;
+# - `sess`: per session, the last seq of the run that appended to it last (the caller
+#   says which run that is), not a versioned change.
+_INSERT_EVENTS_SQL = """\
+WITH base AS MATERIALIZED (
+  SELECT r.run_id, r.n, r.ord,
+         coalesce((SELECT e.seq FROM agentrun_events e WHERE e.run_id = r.run_id
+                   ORDER BY e.seq DESC LIMIT 1), 0) AS seq
+  FROM unnest(%(runs)s::text[], %(counts)s::int[]) WITH ORDINALITY AS r(run_id, n, ord)
+),
+ins AS (
+  INSERT INTO agentrun_events (id, run_id, seq, type, payload, created_at)
+  SELECT e.id, e.run_id, b.seq + e.k, e.type, e.payload, %(now)s
+  FROM jsonb_to_recordset(%(events)s::jsonb)
+    AS e(id text, run_id text, k int, type text, payload jsonb)
+  JOIN base b ON b.run_id = e.run_id
+),
+sess AS (
+  UPDATE agentrun_sessions s
+  SET last_event_seq = (SELECT b.seq + b.n FROM base b
+                        WHERE b.run_id = %(session_runs)s::jsonb ->> s.session_id),
+      last_activity_at = %(now)s,
+      updated_at = %(now)s
+  WHERE s.session_id = ANY(%(sessions)s::text[])
+)
+SELECT b.run_id, b.seq FROM base b
+"""
+
+# `set_config(…, true)` holds for this statement's own (autocommit) transaction only: its
+# commit does not wait for a WAL flush, so it holds the notify lock for microseconds.
+_NOTIFY_SQL = """\
+SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, payload)
+FROM unnest(%s::text[]) AS payload
+"""
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One event to insert: its offset is its place in its run's batch, from 1."""
+
+    id: str
+    run_id: str
+    offset: int
+    type: str
+    payload: Any
+
+
+def insert_events(
+    *,
+    rows: list[EventRow],
+    session_runs: dict[str, str],
+    now: datetime,
+) -> dict[str, int]:
+    """Insert `rows` after each run's last seq, in one statement; returns each run's last
+    seq *before* the insert (its events got that + offset). `session_runs`: session id →
+    the run whose last seq the session records. Needs the caller's transaction and every
+    run's row lock."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.run_id] = counts.get(row.run_id, 0) + 1
+    params: dict[str, Any] = {
+        "runs": list(counts),
+        "counts": list(counts.values()),
+        # One JSON text, not an array per column: the connection binds parameters client
+        # side, and quoting every element of five arrays cost more than the statement.
+        "events": json.dumps(
+            [
+                dict(id=r.id, run_id=r.run_id, k=r.offset, type=r.type, payload=r.payload)
+                for r in rows
+            ]
+        ),
+        "now": now,
+        "session_runs": Jsonb(session_runs),
+        "sessions": sorted(session_runs),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_EVENTS_SQL, params)
+        return {run_id: seq for run_id, seq in cursor.fetchall()}
+
+
+def notify_runs_changed(
+    last_seqs: dict[str, int], *, sessions: dict[str, str] | None = None
+) -> None:
+    """`NOTIFY agentrun_run_change, '<run id>:<last seq>'` per run, in one statement. Call
+    it outside a transaction, after the events committed (the long-poll listener wakes
+    exactly the waiters concerned without reading the database: `runs.waiting`); a
+    session's run adds `:<session id>`, which wakes that session's streams (a new run's
+    first event too)."""
+    sessions = sessions or {}
+    payloads = [
+        f"{run_id}:{seq}:{sessions[run_id]}" if sessions.get(run_id) else f"{run_id}:{seq}"
+        for run_id, seq in last_seqs.items()
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_NOTIFY_SQL, [RUN_CHANGE_CHANNEL, payloads])

@@ -16,6 +16,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from agentrun.auth import issue_api_key
 from agentrun.tenancy import Scope
+from compat_openai.services.sessions import NewSession, create_session
 from dispatch.models import RunnerDispatchIntent
 from dispatch.services.launch import dispatch_batch
 from outbox.kafka import DeliveryFailure
@@ -77,6 +78,15 @@ def build_world() -> World:
         run_id=claimed.id, runner_id=RUNNER, lease_epoch=claimed.lease_epoch, request=asked
     )
     set_tenant_quota(tenant_id="tenant-a", max_tokens_per_day=1_000_000)
+    create_session(
+        new=NewSession(
+            tenant_id="tenant-a",
+            project_id="proj",
+            agent={"model": "scripted"},
+            environment={"type": "self_hosted"},
+            metadata={},
+        )
+    )
     dispatched, retrying, pending = _intents()
     running_task = file_task(title="fix the flaky test", priority=5)
     pending_task = file_task(title="write the changelog")

@@ -18,6 +18,7 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_ARRAY, EMPTY_OBJECT
+from agentrun.model_bases import TextIdModel, Timestamped
 
 
 class TaskState(models.TextChoices):
@@ -57,8 +58,7 @@ def state_check(states: type[models.TextChoices], name: str) -> models.CheckCons
     return models.CheckConstraint(condition=models.Q(state__in=states.values), name=name)
 
 
-class QueueTask(models.Model):
-    id = models.TextField(primary_key=True)
+class QueueTask(TextIdModel, Timestamped):
     tenant_id = models.TextField()
     project_id = models.TextField()
     queue = models.TextField()
@@ -83,8 +83,6 @@ class QueueTask(models.Model):
     # Beyond the seed: the runner dispatch request of the task's turns (`{}` = the default
     # launcher; SQL NULL = no dispatch), as SPEC §2 lets queue tasks say `"dispatch": null`.
     dispatch = models.JSONField(null=True, blank=True, default=dict)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(null=True, blank=True)
 
@@ -129,9 +127,6 @@ class QueueTask(models.Model):
             ),
         ]
 
-    def __str__(self) -> str:
-        return self.id
-
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
@@ -157,7 +152,7 @@ ATTEMPT_OUTCOME_FIELDS = (
 LATEST_ATTEMPT_FIELDS = ("attempt_id", "retry_index", "state", *ATTEMPT_OUTCOME_FIELDS)
 
 
-class QueueAttempt(models.Model):
+class QueueAttempt(Timestamped):
     """One try at a task. Not registered in admin: Django admin does not support composite
     primary keys; the task's admin page shows its attempts instead."""
 
@@ -181,8 +176,6 @@ class QueueAttempt(models.Model):
     session_path = models.TextField(null=True, blank=True)
     failure_kind = models.TextField(null=True, blank=True)
     failure_message = models.TextField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
     activated_at = models.DateTimeField(null=True, blank=True)
     terminal_at = models.DateTimeField(null=True, blank=True)
 

@@ -14,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
+from agentrun.model_bases import Timestamped
 
 TITLE_MAX = 120
 
@@ -40,7 +41,7 @@ class StorageKind(models.TextChoices):
     EVICTED = "evicted"
 
 
-class Session(models.Model):
+class Session(Timestamped):
     session_id = models.TextField(primary_key=True)
     tenant_id = models.TextField()
     project_id = models.TextField()
@@ -48,8 +49,6 @@ class Session(models.Model):
     conversation_id = models.TextField(null=True, blank=True)
     thread_id = models.TextField(null=True, blank=True)
     metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     version = models.BigIntegerField(default=1, db_default=1)
     execution_state = models.TextField(

@@ -58,7 +58,7 @@ def state_check(states: type[models.TextChoices], name: str) -> models.CheckCons
     return models.CheckConstraint(condition=models.Q(state__in=states.values), name=name)
 
 
-class QueueTask(TextIdModel, Timestamped):
+class QueueTask(TextIdModel):
     tenant_id = models.TextField()
     project_id = models.TextField()
     queue = models.TextField()
@@ -83,6 +83,8 @@ class QueueTask(TextIdModel, Timestamped):
     # Beyond the seed: the runner dispatch request of the task's turns (`{}` = the default
     # launcher; SQL NULL = no dispatch), as SPEC §2 lets queue tasks say `"dispatch": null`.
     dispatch = models.JSONField(null=True, blank=True, default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(null=True, blank=True)
 

@@ -14,7 +14,6 @@ from django.db import models
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
-from agentrun.model_bases import Timestamped
 
 TITLE_MAX = 120
 
@@ -41,7 +40,7 @@ class StorageKind(models.TextChoices):
     EVICTED = "evicted"
 
 
-class Session(Timestamped):
+class Session(models.Model):
     session_id = models.TextField(primary_key=True)
     tenant_id = models.TextField()
     project_id = models.TextField()
@@ -49,6 +48,8 @@ class Session(Timestamped):
     conversation_id = models.TextField(null=True, blank=True)
     thread_id = models.TextField(null=True, blank=True)
     metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     version = models.BigIntegerField(default=1, db_default=1)
     execution_state = models.TextField(

@@ -18,7 +18,7 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_ARRAY, EMPTY_OBJECT
-from agentrun.model_bases import TextIdModel, Timestamped
+from agentrun.model_bases import ReadMark, TextIdModel, Timestamped
 
 
 class TaskState(models.TextChoices):
@@ -229,7 +229,7 @@ class QueueAttempt(Timestamped):
         return {name: getattr(self, name) for name in LATEST_ATTEMPT_FIELDS}
 
 
-class QueueReadCursor(models.Model):
+class QueueReadCursor(ReadMark):
     """How far a reader has read a task: its version at their last mark. Not registered in
     admin (composite primary key)."""
 
@@ -237,9 +237,7 @@ class QueueReadCursor(models.Model):
     task = models.ForeignKey(
         QueueTask, on_delete=models.CASCADE, related_name="read_cursors", db_index=False
     )
-    reader_id = models.TextField()
     task_version = models.BigIntegerField()
-    read_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_queue_read_cursors"

@@ -6,7 +6,8 @@ Views stay thin (validate → one service or selector → serialize); these help
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, TypeVar
 
 from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
@@ -18,6 +19,8 @@ from agentrun.models import ApiKey, ApiKeyRole
 from agentrun.tenancy import Scope
 from agentrun.validation import validate_path_id
 from agentrun.versions import is_unread
+
+D = TypeVar("D")
 
 
 def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
@@ -89,3 +92,31 @@ class ObjectViewSet(viewsets.ViewSet):
         super().initial(request, *args, **kwargs)  # authenticate and check permissions first
         if "pk" in kwargs:
             validate_path_id(kwargs["pk"], reserved=self.reserved_pk)
+
+
+# An output with one integer field per name of `counted` (a tuple spelled once, by a
+# model's enum or a selector's mapping, so output and selector cannot drift apart), placed
+# after the declared field `counted_after` (None: after all declared fields). A comment,
+# not a docstring: drf-spectacular would show a docstring as each subclass's description.
+class CountsOut(serializers.Serializer[Any]):
+    counted: tuple[str, ...] = ()
+    counted_after: str | None = None
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        declared = super().get_fields()
+        counts = {name: serializers.IntegerField() for name in self.counted}
+        if self.counted_after is None:
+            return {**declared, **counts}
+        fields: dict[str, serializers.Field[Any, Any, Any, Any]] = {}
+        for name, field in declared.items():
+            fields[name] = field
+            if name == self.counted_after:
+                fields.update(counts)
+        return fields
+
+
+def as_dataclass(cls: type[D], data: dict[str, Any]) -> D:
+    """The dataclass `cls` from validated data holding (at least) each of its fields: an
+    input serializer's fields beyond them (a runner write's `runner_id`, …) are left out."""
+    assert dataclasses.is_dataclass(cls)
+    return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from agentrun.model_bases import TextIdModel
+
 
 class ApiKeyRole(models.TextChoices):
     CLIENT = "client"  # the own tenant's runs, sessions and tasks
@@ -12,10 +14,9 @@ class ApiKeyRole(models.TextChoices):
     OPERATOR = "operator"  # all tenants and the status endpoints
 
 
-class ApiKey(models.Model):
+class ApiKey(TextIdModel):
     """A bearer key. Only its SHA-256 digest is stored; the key is shown once at creation."""
 
-    id = models.TextField(primary_key=True)
     name = models.TextField(blank=True, default="")
     tenant_id = models.TextField()
     role = models.TextField(choices=ApiKeyRole.choices)

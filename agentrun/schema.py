@@ -27,31 +27,37 @@ from drf_spectacular.plumbing import is_list_serializer
 from drf_spectacular.utils import inline_serializer
 
 
-class ApiKeyScheme(OpenApiAuthenticationExtension):
+class _FixedScheme(OpenApiAuthenticationExtension):
+    """An auth scheme whose security definition is a constant (`definition`). No
+    `target_class`: drf-spectacular matches only the subclasses."""
+
+    definition: dict[str, Any] = {}
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return dict(self.definition)
+
+
+class ApiKeyScheme(_FixedScheme):
     target_class = "agentrun.auth.ApiKeyAuthentication"
     name = "ApiKey"
-
-    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
-        return {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "An agentrun API key: `Authorization: Bearer ar_<role>_…`. "
-            "Create one with `manage.py create_api_key`.",
-        }
+    definition = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An agentrun API key: `Authorization: Bearer ar_<role>_…`. "
+        "Create one with `manage.py create_api_key`.",
+    }
 
 
-class StreamTicketScheme(OpenApiAuthenticationExtension):
+class StreamTicketScheme(_FixedScheme):
     target_class = "agentrun.stream_tickets.TicketAuthentication"
     name = "StreamTicket"
-
-    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
-        return {
-            "type": "apiKey",
-            "in": "query",
-            "name": "ticket",
-            "description": "A stream ticket from `POST /api/v1/stream-tickets` (stream "
-            "routes only): for browsers, whose EventSource sends no Authorization header.",
-        }
+    definition = {
+        "type": "apiKey",
+        "in": "query",
+        "name": "ticket",
+        "description": "A stream ticket from `POST /api/v1/stream-tickets` (stream "
+        "routes only): for browsers, whose EventSource sends no Authorization header.",
+    }
 
 
 class JsonObjectFieldExtension(OpenApiSerializerFieldExtension):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from agentrun.model_bases import LeasedWork, TextIdModel, Timestamped
 from runs.models import Command, Run
 
 
@@ -28,8 +29,7 @@ class IntentState(models.TextChoices):
 OPEN_INTENT_STATES = (IntentState.PENDING, IntentState.RETRY, IntentState.DISPATCHING)
 
 
-class RunnerDispatchIntent(models.Model):
-    id = models.TextField(primary_key=True)
+class RunnerDispatchIntent(LeasedWork, TextIdModel, Timestamped):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="dispatch_intents")
     command = models.OneToOneField(
         Command, on_delete=models.CASCADE, related_name="dispatch_intent"
@@ -38,18 +38,12 @@ class RunnerDispatchIntent(models.Model):
     input = models.JSONField(default=dict)
     input_hash = models.TextField()
     state = models.TextField(choices=IntentState.choices, default=IntentState.PENDING)
-    attempt_count = models.IntegerField(default=0)
     runner_job_id = models.TextField(help_text="The runner job id planned for this intent.")
-    lease_owner = models.TextField(null=True, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(default=timezone.now)
-    last_error = models.JSONField(null=True, blank=True)
     dispatch_outcome = models.TextField(null=True, blank=True)
     actual_runner_job_id = models.TextField(null=True, blank=True)
     active_runner_id = models.TextField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_runner_dispatch_intents"

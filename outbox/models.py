@@ -15,8 +15,8 @@ from datetime import datetime
 
 from django.db import models
 from django.db.models.functions import Now
-from django.utils import timezone
 
+from agentrun.model_bases import LeasedWork, TextIdModel, Timestamped
 from runs.models import Run
 
 OUTBOX_SEQUENCE = "agentrun_kafka_event_outbox_seq"
@@ -31,8 +31,7 @@ class OutboxState(models.TextChoices):
     DELIVERED = "delivered"  # acknowledged by Kafka (acks=all)
 
 
-class KafkaEventOutbox(models.Model):
-    id = models.TextField(primary_key=True)
+class KafkaEventOutbox(LeasedWork, TextIdModel, Timestamped):
     outbox_seq = models.BigIntegerField(unique=True)
     event_id = models.TextField()
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outbox_records")
@@ -41,15 +40,9 @@ class KafkaEventOutbox(models.Model):
     partition_key = models.TextField()
     value = models.JSONField(help_text="The CloudEvents 1.0 structured JSON envelope.")
     headers = models.JSONField(default=dict)
-    attempt_count = models.IntegerField(default=0)
-    lease_owner = models.TextField(null=True, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
     # The database's clock, like every lease and due-time comparison of the relay.
     next_attempt_at = models.DateTimeField(db_default=Now())
-    last_error = models.JSONField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_kafka_event_outbox"

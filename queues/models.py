@@ -18,6 +18,7 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_ARRAY, EMPTY_OBJECT
+from agentrun.model_bases import ReadMark, TextIdModel, Timestamped
 
 
 class TaskState(models.TextChoices):
@@ -57,8 +58,7 @@ def state_check(states: type[models.TextChoices], name: str) -> models.CheckCons
     return models.CheckConstraint(condition=models.Q(state__in=states.values), name=name)
 
 
-class QueueTask(models.Model):
-    id = models.TextField(primary_key=True)
+class QueueTask(TextIdModel):
     tenant_id = models.TextField()
     project_id = models.TextField()
     queue = models.TextField()
@@ -129,9 +129,6 @@ class QueueTask(models.Model):
             ),
         ]
 
-    def __str__(self) -> str:
-        return self.id
-
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
@@ -157,7 +154,7 @@ ATTEMPT_OUTCOME_FIELDS = (
 LATEST_ATTEMPT_FIELDS = ("attempt_id", "retry_index", "state", *ATTEMPT_OUTCOME_FIELDS)
 
 
-class QueueAttempt(models.Model):
+class QueueAttempt(Timestamped):
     """One try at a task. Not registered in admin: Django admin does not support composite
     primary keys; the task's admin page shows its attempts instead."""
 
@@ -181,8 +178,6 @@ class QueueAttempt(models.Model):
     session_path = models.TextField(null=True, blank=True)
     failure_kind = models.TextField(null=True, blank=True)
     failure_message = models.TextField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
     activated_at = models.DateTimeField(null=True, blank=True)
     terminal_at = models.DateTimeField(null=True, blank=True)
 
@@ -234,7 +229,7 @@ class QueueAttempt(models.Model):
         return {name: getattr(self, name) for name in LATEST_ATTEMPT_FIELDS}
 
 
-class QueueReadCursor(models.Model):
+class QueueReadCursor(ReadMark):
     """How far a reader has read a task: its version at their last mark. Not registered in
     admin (composite primary key)."""
 
@@ -242,9 +237,7 @@ class QueueReadCursor(models.Model):
     task = models.ForeignKey(
         QueueTask, on_delete=models.CASCADE, related_name="read_cursors", db_index=False
     )
-    reader_id = models.TextField()
     task_version = models.BigIntegerField()
-    read_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_queue_read_cursors"

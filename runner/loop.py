@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -330,10 +331,5 @@ class _SteerPoller:
 
 
 def _result(outcome: TurnOutcome) -> dict[str, Any]:
-    return {
-        "terminal_status": outcome.terminal_status,
-        "failure_kind": outcome.failure_kind,
-        "failure_message": outcome.failure_message,
-        "thread_id": outcome.thread_id,
-        "turn_id": outcome.turn_id,
-    }
+    """The terminal report's body: every field of the outcome, under its own name."""
+    return dataclasses.asdict(outcome)

@@ -12,6 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
+from agentrun.model_bases import TextIdModel, Timestamped
 from runs.models import Command, Run
 
 
@@ -31,8 +32,7 @@ class CancelTargetKind(models.TextChoices):
     TASK = "task"
 
 
-class CancelRequest(models.Model):
-    id = models.TextField(primary_key=True)
+class CancelRequest(TextIdModel, Timestamped):
     target_kind = models.TextField(choices=CancelTargetKind.choices)
     target_id = models.TextField()
     run = models.ForeignKey(
@@ -48,8 +48,6 @@ class CancelRequest(models.Model):
     epoch = models.IntegerField()
     stage = models.TextField(choices=CancelStage.choices)
     metadata = models.JSONField(default=dict, db_default=EMPTY_OBJECT)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_cancel_requests"
@@ -84,8 +82,7 @@ class ApprovalState(models.TextChoices):
 DECISION_STATES = {"approve": ApprovalState.APPROVED, "deny": ApprovalState.DENIED}
 
 
-class Approval(models.Model):
-    id = models.TextField(primary_key=True)
+class Approval(TextIdModel, Timestamped):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
     command = models.ForeignKey(Command, on_delete=models.CASCADE, related_name="approvals")
     # Copied from the run: the tenant gate and the session's `needs_action` read them
@@ -101,8 +98,6 @@ class Approval(models.Model):
     reason = models.TextField(null=True, blank=True)
     expires_at = models.DateTimeField()
     decided_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_approvals"

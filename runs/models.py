@@ -17,6 +17,7 @@ from django.db.models.functions import Concat, Lower
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
+from agentrun.model_bases import CancelMarked, TextIdModel, Timestamped
 
 
 class RunStatus(models.TextChoices):
@@ -141,8 +142,7 @@ def run_search_document(fields: tuple[str, ...] = RUN_SEARCH_FIELDS) -> Lower:
     return Lower(Concat(*parts[:-1], output_field=TextField()))
 
 
-class Run(models.Model):
-    id = models.TextField(primary_key=True)
+class Run(TextIdModel, Timestamped, CancelMarked):
     tenant_id = models.TextField()
     project_id = models.TextField()
     workspace_ref = models.JSONField()
@@ -156,16 +156,10 @@ class Run(models.Model):
     terminal_status = models.TextField(null=True, blank=True)
     failure_kind = models.TextField(null=True, blank=True)
     failure_message = models.TextField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
     claimed_by = models.TextField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Beyond the seed: every claim increments the epoch; runner writes carry it (SPEC §8).
     lease_epoch = models.IntegerField(default=0, db_default=0)
-    cancel_epoch = models.IntegerField(default=0, db_default=0)
-    cancel_request_id = models.TextField(null=True, blank=True)
-    cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    cancel_reason = models.TextField(null=True, blank=True)
     # Approvals waiting for a person (runs.services.approvals keeps it under the run lock).
     pending_approvals = models.IntegerField(default=0, db_default=0)
 
@@ -213,9 +207,6 @@ class Run(models.Model):
             ),
         ]
 
-    def __str__(self) -> str:
-        return self.id
-
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_RUN_STATUSES
@@ -229,8 +220,7 @@ class Run(models.Model):
         return self.lease_expires_at is None or self.lease_expires_at <= now
 
 
-class Command(models.Model):
-    id = models.TextField(primary_key=True)
+class Command(TextIdModel, Timestamped, CancelMarked):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="commands")
     seq = models.IntegerField()
     type = models.TextField(choices=CommandType.choices)
@@ -238,13 +228,7 @@ class Command(models.Model):
     payload_hash = models.TextField()
     idempotency_key = models.TextField(null=True, blank=True)
     state = models.TextField(choices=CommandState.choices, default=CommandState.PENDING)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
-    cancel_epoch = models.IntegerField(default=0, db_default=0)
-    cancel_request_id = models.TextField(null=True, blank=True)
-    cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    cancel_reason = models.TextField(null=True, blank=True)
 
     class Meta:
         db_table = "agentrun_commands"
@@ -257,16 +241,12 @@ class Command(models.Model):
             ),
         ]
 
-    def __str__(self) -> str:
-        return self.id
-
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_COMMAND_STATES
 
 
-class Event(models.Model):
-    id = models.TextField(primary_key=True)
+class Event(TextIdModel):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     seq = models.IntegerField()
     type = models.TextField(choices=EventType.choices)
@@ -283,8 +263,7 @@ class Event(models.Model):
         return f"{self.run_id}#{self.seq} {self.type}"
 
 
-class Runner(models.Model):
-    id = models.TextField(primary_key=True)
+class Runner(TextIdModel):
     # The tenant the runner registered for (null: an operator's runner of no run). A
     # registration from another tenant never rewrites the row (issue 16).
     tenant_id = models.TextField(null=True, blank=True)
@@ -299,9 +278,6 @@ class Runner(models.Model):
 
     class Meta:
         db_table = "agentrun_runners"
-
-    def __str__(self) -> str:
-        return self.id
 
 
 class Backend(models.Model):
@@ -339,8 +315,7 @@ class Lease(models.Model):
         return f"{self.run_id} → {self.runner_id}"
 
 
-class RunnerJob(models.Model):
-    id = models.TextField(primary_key=True)
+class RunnerJob(TextIdModel, Timestamped):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="runner_jobs")
     command = models.ForeignKey(Command, on_delete=models.CASCADE, related_name="runner_jobs")
     idempotency_key = models.TextField(null=True, blank=True)
@@ -354,8 +329,6 @@ class RunnerJob(models.Model):
     source_commit = models.TextField()
     service_account_name = models.TextField(null=True, blank=True)
     result = models.JSONField(default=dict)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_runner_jobs"
@@ -371,9 +344,6 @@ class RunnerJob(models.Model):
                 fields=["run", "command", "created_at"], name="agentrun_rjobs_run_cmd_idx"
             ),
         ]
-
-    def __str__(self) -> str:
-        return self.id
 
 
 # Cancel requests, approvals and quotas live in their own module; imported here so Django

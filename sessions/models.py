@@ -14,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
+from agentrun.model_bases import ReadMark
 
 TITLE_MAX = 120
 
@@ -113,14 +114,12 @@ class Session(models.Model):
         return self.active_run_id is not None or self.active_command_id is not None
 
 
-class SessionReadCursor(models.Model):
+class SessionReadCursor(ReadMark):
     """How far a reader has read a session: the session version at their last mark."""
 
     pk = models.CompositePrimaryKey("session_id", "reader_id")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="read_cursors")
-    reader_id = models.TextField()
     session_version = models.BigIntegerField()
-    read_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_session_read_cursors"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import serializers
 
+from agentrun.api import CountsOut
+from dispatch.models import IntentState
 
-class DispatchStatusOut(serializers.Serializer[Any]):
+
+class DispatchStatusOut(CountsOut):
     """Backlog of runner dispatch intents (seed `runnerDispatchStatus`, and more)."""
 
     queue = serializers.CharField()
@@ -21,9 +22,5 @@ class DispatchStatusOut(serializers.Serializer[Any]):
     oldest_pending_at = serializers.DateTimeField(allow_null=True)
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
     max_attempt_count = serializers.IntegerField()
-    pending_count = serializers.IntegerField()
-    dispatching_count = serializers.IntegerField()
-    retry_count = serializers.IntegerField()
-    dispatched_count = serializers.IntegerField()
-    failed_count = serializers.IntegerField()
-    cancelled_count = serializers.IntegerField()
+    # One `<state>_count` per intent state, as the selector counts them.
+    counted = tuple(f"{state}_count" for state in IntentState.values)

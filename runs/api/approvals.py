@@ -70,15 +70,7 @@ class ApprovalRequestIn(RunnerWriteIn):
     ttl_s = serializers.IntegerField(min_value=1, max_value=MAX_TTL_S, default=conf.approval_ttl_s)
 
     def request(self) -> approvals.ApprovalRequest:
-        data = self.validated_data
-        return approvals.ApprovalRequest(
-            command_id=data["command_id"],
-            request_key=data["request_key"],
-            kind=data["kind"],
-            summary=data["summary"],
-            details=data["details"],
-            ttl_s=data["ttl_s"],
-        )
+        return api.as_dataclass(approvals.ApprovalRequest, self.validated_data)
 
 
 class ApprovalAnswerIn(StrictSerializer):

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
@@ -28,13 +33,16 @@ from rest_framework.views import APIView
 from agentrun import api, conf, sse
 from agentrun.auth import ApiKeyAuthentication, IsAuthenticatedKey
 from agentrun.stream_tickets import TicketAuthentication, require_ticket_resource
+from agentrun.tenancy import Scope
 from agentrun.validation import StrictSerializer, validate_path_id
 from runs import selectors
 from runs.api.views import released_after
-from runs.models import EventType
+from runs.models import EventType, Run
 from runs.streams import RUN_STREAM_ID, run_stream
 from runs.waiting import reread_slot
 
+# What a stream view's `open_stream` gives: the events, and the stream's label for the logs.
+OpenedStream = tuple[AsyncIterator[sse.StreamEvent | None], str]
 STREAM_AUTHENTICATION = [ApiKeyAuthentication, TicketAuthentication]
 LAST_EVENT_ID = OpenApiParameter(
     "Last-Event-ID",
@@ -138,20 +146,51 @@ class StreamNegotiation(DefaultContentNegotiation):
         return renderer, str(renderer.media_type)
 
 
-class RunStreamQuery(StrictSerializer):
+# What every stream route's query takes: the ticket a browser authenticates with.
+class StreamQuery(StrictSerializer):
+    ticket = serializers.CharField(required=False, help_text="A stream ticket (browsers).")
+
+
+# A stream route's DRF view: a key or a stream ticket, SSE or a JSON error. `get` makes
+# the checks every stream route makes, in this order: the path id, the ticket's resource,
+# the `kind` in scope (`find`: a 404 if not), the query, the `Last-Event-ID` cursor; then
+# `open_stream` says what to stream. A subclass documents `get` with
+# `extend_schema_view(get=stream_schema(...))`. (Comments, not a docstring: the schema
+# would show it as each stream route's description.)
+class StreamView(APIView):
+    authentication_classes = STREAM_AUTHENTICATION
+    content_negotiation_class = StreamNegotiation
+    kind: ClassVar[str]
+    query_class: ClassVar[type[StreamQuery]]
+    id_pattern: ClassVar[str]
+
+    def find(self, scope: Scope, pk: str) -> Any:
+        raise NotImplementedError
+
+    def open_stream(
+        self, found: Any, query: dict[str, Any], resume: str | None, *, wait: bool
+    ) -> OpenedStream:
+        raise NotImplementedError
+
+    def get(self, request: Request, pk: str) -> Response:
+        validate_path_id(pk)
+        require_ticket_resource(request, kind=self.kind, resource_id=pk)
+        found = self.find(api.request_scope(request), pk)
+        query = api.query(self.query_class, request)
+        resume = sse.last_event_id(request.headers.get("Last-Event-ID"), pattern=self.id_pattern)
+        stream, label = self.open_stream(found, query, resume, wait=can_hold_stream(request))
+        return sse_stream_response(Response(status=200), stream, label)
+
+
+class RunStreamQuery(StreamQuery):
     after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
     follow = serializers.BooleanField(
         default=False, help_text="Stay open after the run's terminal_status event."
     )
-    ticket = serializers.CharField(required=False, help_text="A stream ticket (browsers).")
 
 
-class RunStreamView(APIView):
-    authentication_classes = STREAM_AUTHENTICATION
-    content_negotiation_class = StreamNegotiation
-    permission_classes = [IsAuthenticatedKey]
-
-    @stream_schema(
+@extend_schema_view(
+    get=stream_schema(
         "runs_stream",
         RunStreamQuery,
         "Server-Sent Events: `id: <seq>`, `event: <event type>` (an EventType: "
@@ -159,17 +198,19 @@ class RunStreamView(APIView):
         "/runs/{id}/events returns it>`. Ends after the terminal_status event unless "
         "`follow=true`.",
     )
-    def get(self, request: Request, pk: str) -> Response:
-        validate_path_id(pk)
-        require_ticket_resource(request, kind="run", resource_id=pk)
-        run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
-        query = api.query(RunStreamQuery, request)
-        resume = sse.last_event_id(request.headers.get("Last-Event-ID"), pattern=RUN_STREAM_ID)
+)
+class RunStreamView(StreamView):
+    permission_classes = [IsAuthenticatedKey]
+    kind = "run"
+    query_class = RunStreamQuery
+    id_pattern = RUN_STREAM_ID
+
+    def find(self, scope: Scope, pk: str) -> Run:
+        return selectors.get_run_for(scope=scope, run_id=pk)
+
+    def open_stream(
+        self, found: Run, query: dict[str, Any], resume: str | None, *, wait: bool
+    ) -> OpenedStream:
         after_seq = int(resume) if resume is not None else query["after_seq"]
-        stream = run_stream(
-            run_id=run.id,
-            after_seq=after_seq,
-            follow=query["follow"],
-            wait=can_hold_stream(request),
-        )
-        return sse_stream_response(Response(status=200), stream, f"run {run.id}")
+        stream = run_stream(run_id=found.id, after_seq=after_seq, follow=query["follow"], wait=wait)
+        return stream, f"run {found.id}"

@@ -9,8 +9,6 @@ by tenant and time, and the operator-set tenant quotas.
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -18,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentrun import api
+from agentrun.api import CountsOut
 from agentrun.auth import IsAuthenticatedKey, IsOperator
 from agentrun.errors import not_found
 from agentrun.validation import IdField, StrictSerializer, validate_path_id
@@ -26,13 +25,10 @@ from runs.control_models import TenantQuota
 from runs.services import quotas
 
 
-class UsageOut(serializers.Serializer[Any]):
+class UsageOut(CountsOut):
     events = serializers.IntegerField()
-    input_tokens = serializers.IntegerField()
-    cached_input_tokens = serializers.IntegerField()
-    output_tokens = serializers.IntegerField()
-    reasoning_tokens = serializers.IntegerField()
-    total_tokens = serializers.IntegerField()
+    counted = tuple(usage.USAGE_FIELDS)
+    counted_after = "events"
     by_model = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()))
 
 

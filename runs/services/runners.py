@@ -188,24 +188,16 @@ def _existing_jobs(jobs: list[NewRunnerJob]) -> dict[tuple[str, str | None], Run
 
 
 def _job_row(item: NewRunnerJob, payload_hash: str, now: datetime) -> RunnerJob:
-    spec = item.spec
+    # Each field of the spec is the job's column of that name; the result is kept redacted.
+    columns = {**vars(item.spec), "result": redact_json(item.spec.result or {})}
     return RunnerJob(
         id=item.runner_job_id or new_id("rjob"),
         run=item.run,
-        command_id=spec.command_id,
         idempotency_key=item.idempotency_key,
         payload_hash=payload_hash,
-        attempt_id=spec.attempt_id,
-        runner_id=spec.runner_id,
-        namespace=spec.namespace,
-        job_name=spec.job_name,
-        manager_url=spec.manager_url,
-        image=spec.image,
-        source_commit=spec.source_commit,
-        service_account_name=spec.service_account_name,
-        result=redact_json(spec.result or {}),
         created_at=now,
         updated_at=now,
+        **columns,
     )
 
 

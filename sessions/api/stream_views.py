@@ -9,44 +9,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentrun import api, sse
+from agentrun import api
 from agentrun.auth import IsClientOrOperator, request_key
 from agentrun.errors import invalid
-from agentrun.stream_tickets import issue_ticket, require_ticket_resource
-from agentrun.validation import IdField, StrictSerializer, validate_path_id
+from agentrun.stream_tickets import issue_ticket
+from agentrun.tenancy import Scope
+from agentrun.validation import IdField, StrictSerializer
 from runs import selectors as run_selectors
 from runs.api.stream_views import (
-    STREAM_AUTHENTICATION,
-    StreamNegotiation,
-    can_hold_stream,
-    sse_stream_response,
+    OpenedStream,
+    StreamQuery,
+    StreamView,
     stream_schema,
 )
 from sessions import selectors
+from sessions.models import Session
 from sessions.streams import SESSION_STREAM_ID, parse_position, session_stream
 
 
-class SessionStreamQuery(StrictSerializer):
+class SessionStreamQuery(StreamQuery):
     only = serializers.ChoiceField(
         choices=["output"],
         required=False,
         help_text="`output`: only what GET /sessions/{id}/output shows.",
     )
-    ticket = serializers.CharField(required=False, help_text="A stream ticket (browsers).")
 
 
-class SessionStreamView(APIView):
-    authentication_classes = STREAM_AUTHENTICATION
-    content_negotiation_class = StreamNegotiation
-    permission_classes = [IsClientOrOperator]
-
-    @stream_schema(
+@extend_schema_view(
+    get=stream_schema(
         "sessions_stream",
         SessionStreamQuery,
         "Server-Sent Events of every run of the session, runs in admission order, each up "
@@ -54,20 +50,27 @@ class SessionStreamView(APIView):
         "event JSON as GET /runs/{id}/events returns it>`. Resume with `Last-Event-ID`, "
         "across runs. Stays open while the session exists.",
     )
-    def get(self, request: Request, pk: str) -> Response:
-        validate_path_id(pk)
-        require_ticket_resource(request, kind="session", resource_id=pk)
-        session = selectors.get_session_for(scope=api.request_scope(request), session_id=pk)
-        query = api.query(SessionStreamQuery, request)
-        cursor = sse.last_event_id(request.headers.get("Last-Event-ID"), pattern=SESSION_STREAM_ID)
-        position = parse_position(session.session_id, cursor)
+)
+class SessionStreamView(StreamView):
+    permission_classes = [IsClientOrOperator]
+    kind = "session"
+    query_class = SessionStreamQuery
+    id_pattern = SESSION_STREAM_ID
+
+    def find(self, scope: Scope, pk: str) -> Session:
+        return selectors.get_session_for(scope=scope, session_id=pk)
+
+    def open_stream(
+        self, found: Session, query: dict[str, Any], resume: str | None, *, wait: bool
+    ) -> OpenedStream:
+        position = parse_position(found.session_id, resume)
         stream = session_stream(
-            session_id=session.session_id,
+            session_id=found.session_id,
             position=position,
             output_only=query.get("only") == "output",
-            wait=can_hold_stream(request),
+            wait=wait,
         )
-        return sse_stream_response(Response(status=200), stream, f"session {pk}")
+        return stream, f"session {found.session_id}"
 
 
 class StreamTicketIn(StrictSerializer):

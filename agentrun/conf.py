@@ -155,6 +155,8 @@ broker_poll_ms = Setting("AGENTRUN_BROKER_POLL_MS", int)
 heartbeat_interval_s = Setting("AGENTRUN_HEARTBEAT_INTERVAL_S", float)
 # When a heartbeat counts as stale for /readyz.
 heartbeat_stale_s = Setting("AGENTRUN_HEARTBEAT_STALE_S", float)
+# `up`'s first restart delay of a dead child (ops/supervisor.py).
+supervisor_restart_base_s = Setting("AGENTRUN_SUPERVISOR_RESTART_BASE_S", float)
 
 
 # Webhooks (issue 21).

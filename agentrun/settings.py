@@ -229,6 +229,9 @@ AGENTRUN_HEARTBEAT_INTERVAL_S = env_float("AGENTRUN_HEARTBEAT_INTERVAL_S", 5.0)
 AGENTRUN_HEARTBEAT_STALE_S = env_float(
     "AGENTRUN_HEARTBEAT_STALE_S", 2 * AGENTRUN_HEARTBEAT_INTERVAL_S
 )
+# `up`'s first restart of a dead child waits this long (doubling per recent death, up to
+# 10 s): a child that dies at once does not spin.
+AGENTRUN_SUPERVISOR_RESTART_BASE_S = env_float("AGENTRUN_SUPERVISOR_RESTART_BASE_S", 0.5)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None

@@ -42,6 +42,9 @@ def up(tmp_path: Path) -> Iterator[UpProcess]:
             "AGENTRUN_HEARTBEAT_INTERVAL_S": str(INTERVAL_S),
             "AGENTRUN_HEARTBEAT_STALE_S": str(STALE_S),
             "AGENTRUN_DISPATCH_LEASE_MS": "5000",
+            # A worker restarts in about a second: the restart waits past the stale limit,
+            # so /readyz has a window in which it must report the death.
+            "AGENTRUN_SUPERVISOR_RESTART_BASE_S": str(STALE_S + 1.5),
         },
     )
     try:

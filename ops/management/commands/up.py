@@ -33,7 +33,7 @@ from agentrun.auth import issue_api_key
 from agentrun.models import ApiKey
 from agentrun.task_queues import TaskQueue
 from ops.server import server_argv
-from ops.supervisor import Supervisor
+from ops.supervisor import Policy, Supervisor
 
 LOCAL_TENANT = "local"
 log = logging.getLogger("agentrun.up")
@@ -74,7 +74,10 @@ class Command(BaseCommand):
         if not options["no_worker"]:
             children |= {"worker": _worker_argv(), "beat": _beat_argv()}
         supervisor = Supervisor(
-            children, env=os.environ, state_path=conf.data_dir() / "up-state.json"
+            children,
+            env=os.environ,
+            state_path=conf.data_dir() / "up-state.json",
+            policy=Policy(backoff_base_s=conf.supervisor_restart_base_s()),
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: supervisor.stop())

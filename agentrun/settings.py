@@ -14,30 +14,14 @@ import json
 import os
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from agentrun.celery_schedule import BEAT_SCHEDULE
+from agentrun.database_config import default_database
+from agentrun.env import env_bool, env_float, env_int
 from agentrun.task_queues import TASK_ROUTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
-
-
-def env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return default if value in (None, "") else float(value)
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -67,34 +51,6 @@ AGENTRUN_DATABASE_EMBEDDED = env_bool("AGENTRUN_DATABASE_EMBEDDED", False)
 # request, closed at its end: no persistent connections, which pile up under ASGI).
 AGENTRUN_DB_POOL_SIZE = env_int("AGENTRUN_DB_POOL_SIZE", 10)
 AGENTRUN_DB_POOL_TIMEOUT_S = float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT_S") or 3)
-# Health checks: the pool tests a connection (one empty round trip) before lending it, so
-# one that the server closed while it sat idle (a restart, pg_terminate_backend) is replaced
-# instead of failing the request that drew it.
-DATABASES = {
-    "default": dj_database_url.parse(
-        DATABASE_URL or "postgres:///", conn_max_age=0, conn_health_checks=True
-    )
-}
-# How this process's connections show in pg_stat_activity (the listener names its own):
-# the setting, else libpq's PGAPPNAME (which `up` gives each child), else "agentrun".
-DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = (
-    os.environ.get("AGENTRUN_DB_APPLICATION_NAME") or os.environ.get("PGAPPNAME") or "agentrun"
-)
-if not DATABASE_URL:
-    # Importing settings starts nothing: the first connection fails with a clear message.
-    DATABASES["default"]["ENGINE"] = "agentrun.unconfigured_db"
-elif AGENTRUN_DB_POOL_SIZE > 0 and os.environ.get("AGENTRUN_DB_POOL_ENABLED") == "1":
-    # Only the ASGI server pools (agentrun/asgi.py sets the flag): its requests give their
-    # connection back at their end. Celery threads, commands and tests have no request end,
-    # so a pooled connection would stay lent for the thread's life and starve the pool.
-    DATABASES["default"]["OPTIONS"]["pool"] = {
-        "min_size": min(2, AGENTRUN_DB_POOL_SIZE),
-        "max_size": AGENTRUN_DB_POOL_SIZE,
-        "timeout": AGENTRUN_DB_POOL_TIMEOUT_S,
-        # A connection idle this long is closed (down to min_size): a burst's connections
-        # do not stay open for ever on a shared server.
-        "max_idle": 60,
-    }
 # Server-side limits for every connection of the app role (0 turns one off). Long-polls are
 # not affected: they wait outside any transaction, on an autocommit LISTEN connection, and a
 # wait for a notification is not a statement. The statement timeout bounds a runaway query
@@ -104,10 +60,15 @@ AGENTRUN_DB_STATEMENT_TIMEOUT_MS = env_int("AGENTRUN_DB_STATEMENT_TIMEOUT_MS", 6
 AGENTRUN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
     "AGENTRUN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 30_000
 )
-DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
-    f"-c statement_timeout={AGENTRUN_DB_STATEMENT_TIMEOUT_MS} "
-    f"-c idle_in_transaction_session_timeout={AGENTRUN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
-)
+DATABASES = {
+    "default": default_database(
+        url=DATABASE_URL,
+        pool_size=AGENTRUN_DB_POOL_SIZE,
+        pool_timeout_s=AGENTRUN_DB_POOL_TIMEOUT_S,
+        statement_timeout_ms=AGENTRUN_DB_STATEMENT_TIMEOUT_MS,
+        idle_in_transaction_timeout_ms=AGENTRUN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    )
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -100,7 +100,13 @@ def _kill_mid_batch_and_redo(
 ) -> None:
     blocker.execute("BEGIN")
     blocker.execute("SELECT 1 FROM agentrun_runs WHERE id = %s FOR UPDATE", [run_ids[0]])
-    env = {**_worker_env(live_server), "AGENTRUN_DISPATCH_LEASE_MS": "1500"}
+    # The batch must come through the broker (its late ack is what is tested), so the
+    # workers' LISTEN pickup (issue 18) stays off: it would claim the intents in-process.
+    env = {
+        **_worker_env(live_server),
+        "AGENTRUN_DISPATCH_LEASE_MS": "1500",
+        "AGENTRUN_DISPATCH_LISTEN": "false",
+    }
     queue = TaskQueue.DISPATCH.value
     with celery_worker("rmq-a", queues=queue, broker=broker, data_dir=tmp_path, **env) as first:
         assert _queue(broker)["type"] == "quorum"

@@ -298,7 +298,15 @@ class _SteerPoller:
         while not self._done.wait(POLL_S):
             try:
                 seen = self.runner._commands_after(self.turn_seq - 1)
-            except (ApiError, ApiUnavailable):
+            except ApiError as error:
+                if error.status == 401:
+                    # The run ended and its key with it. Stop now, not at the next heartbeat
+                    # (a third of the lease away): a poll every 250 ms with a dead key would
+                    # trip the failed-auth throttle for every runner of this host.
+                    self.runner.stop(self.runner._refusal(error))
+                    return
+                continue
+            except ApiUnavailable:
                 continue
             if seen and seen[0]["seq"] == self.turn_seq and seen[0]["state"] == "cancelled":
                 self._turn_cancelled()

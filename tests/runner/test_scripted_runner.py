@@ -78,6 +78,25 @@ def test_a_cancel_during_a_long_turn_stops_the_runner_within_two_heartbeats(live
     assert Run.objects.get(pk=run.pk).status == "cancelled"
 
 
+def test_a_cancel_with_a_long_lease_stops_the_runner_without_waiting_for_its_heartbeat(
+    live_server,
+) -> None:
+    """Ending a run revokes its key: the turn's command poller gets 401s. It must stop the
+    runner at once; polling on (every 250 ms, 20 s until the next heartbeat of a 60 s lease)
+    tripped the failed-auth throttle for every runner of the host (found by CI)."""
+    run = make_run()
+    create_command(run_id=run.id, type="turn", payload={"text": "x", "scripted": {"mode": "hang"}})
+    runner = start_runner(api_url=live_server.url, run_id=run.id, lease_ms=60_000)
+    _wait_for(lambda: Run.objects.get(pk=run.pk).status == "running")
+    cancel_run(run_id=run.id, reason="user stop")
+    cancelled_at = time.monotonic()
+    out, _ = runner.communicate(timeout=60)
+    elapsed = time.monotonic() - cancelled_at
+    print(f"runner exit {elapsed:.2f}s after cancel (next heartbeat 20 s away)")
+    assert runner.returncode == 3, out
+    assert elapsed < 10, out  # well before the heartbeat
+
+
 def test_a_failing_turn_fails_the_command_and_the_run(live_server) -> None:
     run = make_run()
     create_command(

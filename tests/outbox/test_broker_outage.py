@@ -61,7 +61,9 @@ def relay_until_delivered(broker: KafkaBroker, topic: str, runs: list[Run]) -> l
 def fail_a_claimed_batch(broker: KafkaBroker) -> tuple[list[KafkaEventOutbox], str]:
     """Mid-relay: a worker has claimed a batch when the broker stops under it; every record
     goes back to retry with its error, none is marked delivered."""
-    claims = claim_outbox_records(owner="relay-mid", limit=100, lease_ms=4_000)
+    # The lease outlives the failed delivery even on a loaded machine (the producer reports
+    # the stopped broker after its own timeout); the settle releases the records anyway.
+    claims = claim_outbox_records(owner="relay-mid", limit=100, lease_ms=60_000)
     assert len(claims) == 100
     broker.stop()
     outcomes = deliver([message_of(claim) for claim in claims])

@@ -47,11 +47,14 @@ class Poller(threading.Thread):
                     timeout=10,
                 )
                 response.raise_for_status()
+                # A kill after the status line leaves a 200 whose body is cut short: to the
+                # client that is a failed poll like any other (JSONDecodeError is a
+                # RequestException), retried from the same cursor.
+                page = response.json()
             except requests.RequestException:
                 self.retries += 1  # the server is down: resume from the same cursor
                 time.sleep(0.1)
                 continue
-            page = response.json()
             self.seqs += [item["seq"] for item in page["items"]]
             cursor = page["next_after_seq"]
 

@@ -5,7 +5,9 @@ services call inside the run's transaction, in lock order (run → commands → 
 queue → key lock), each named `*_locked`. They take the session row lock after the
 caller's run (and command) locks. A visible change takes a new global version
 (`sessions.versions`); event appends only advance `last_event_seq` and activity, in the
-append's own statement (`runs.sql.insert_events`).
+append's own statement (`runs.sql.insert_events`). Inside `collecting_session_writes()`
+(`sessions.session_writes`) the writes stay on the locked row's instance and the row is
+written once, at the end of the block (turn admission does this).
 
 A projection module imports only the models, locks and versions of `runs` and of its own
 app, plus `agentrun` (`tests/test_projection_layers.py`), so `runs` can call it without
@@ -23,6 +25,8 @@ from agentrun.tenancy import Scope
 from runs.models import Command, CommandType, Run
 from sessions.locks import lock_or_insert_session, lock_session
 from sessions.models import ExecutionState, Session, title_from_text
+from sessions.session_writes import pending_session_writes
+from sessions.sql import update_session_columns
 from sessions.versions import next_session_version
 
 
@@ -57,12 +61,15 @@ def ensure_session_for_run_locked(
 ) -> Session:
     """Create the run's session, or check the run fits it (seed `resolveSessionForRun`);
     return its row, locked. `session`: that row when the caller has locked it already."""
-    session = session or lock_session(session_ref["session_id"])
+    session = session or _lock_session(session_ref["session_id"])
     if session is None:
         # Another run or turn may be creating the same session right now.
-        session, _ = lock_or_insert_session(
+        session, inserted = lock_or_insert_session(
             _new_session(tenant_id, project_id, backend_profile, session_ref)
         )
+        pending = pending_session_writes()
+        if inserted and pending is not None:
+            pending.inserted(session)
     check_boundary(session, tenant_id=tenant_id, project_id=project_id, backend=backend_profile)
     return session
 
@@ -120,12 +127,29 @@ def touch_session_for_run_locked(
         setattr(session, name, value)
     session.last_activity_at = changes.get("last_activity_at") or now
     session.updated_at = now
-    fields = [*changes, "last_activity_at", "updated_at"]
+    _write_locked(session, [*changes, "last_activity_at", "updated_at"], bump=bump)
+    return session
+
+
+def _write_locked(session: Session, fields: list[str], *, bump: bool) -> None:
+    """Write the changed `fields` of a locked row (with `bump`, and a new version): now, or
+    at the end of the caller's `collecting_session_writes()` block."""
+    pending = pending_session_writes()
+    if pending is not None:
+        pending.add(session, fields, bump=bump)
+        return
     if bump:
         session.version = next_session_version()
-        fields.append("version")
-    session.save(update_fields=sorted(set(fields)))
-    return session
+        fields = [*fields, "version"]
+    update_session_columns(session, fields)
+
+
+def _lock_session(session_id: str) -> Session | None:
+    """Lock a session row, unless this transaction's collector holds it already (then its
+    instance, whose changes are not written yet)."""
+    pending = pending_session_writes()
+    collected = pending.row(session_id) if pending is not None else None
+    return collected or lock_session(session_id)
 
 
 def _locked_session_of(run: Run, session: Session | None) -> Session | None:
@@ -134,7 +158,7 @@ def _locked_session_of(run: Run, session: Session | None) -> Session | None:
     if session is not None:
         assert session.session_id == run.session_id, "the session of another run"
         return session
-    return lock_session(run.session_id) if run.session_id else None
+    return _lock_session(run.session_id) if run.session_id else None
 
 
 def project_turn_started_locked(
@@ -254,7 +278,7 @@ def record_thread_locked(run: Run, *, thread_id: str, turn_id: str | None) -> di
     """Remember the backend thread a run reported, so the session's next run resumes it
     (seed `upsertSessionThread`). Returns the run's new session_ref; the caller saves it on
     the run and records the `session-updated` event."""
-    session = lock_session(run.session_id) if run.session_id else None
+    session = _locked_session_of(run, None)
     if session is None:
         return dict(run.session_ref or {})
     metadata = {**session.metadata, **((run.session_ref or {}).get("metadata") or {})}
@@ -262,9 +286,6 @@ def record_thread_locked(run: Run, *, thread_id: str, turn_id: str | None) -> di
         metadata["last_turn_id"] = turn_id
     session.thread_id = thread_id
     session.metadata = metadata
-    session.version = next_session_version()
     session.updated_at = session.last_activity_at = timezone.now()
-    session.save(
-        update_fields=["thread_id", "metadata", "version", "updated_at", "last_activity_at"]
-    )
+    _write_locked(session, ["thread_id", "metadata", "updated_at", "last_activity_at"], bump=True)
     return {**(run.session_ref or {}), "thread_id": thread_id}

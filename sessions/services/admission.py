@@ -47,6 +47,7 @@ from sessions.locks import lock_session
 from sessions.models import Session
 from sessions.projection import check_boundary
 from sessions.services.stale import terminalize_stale_turn_locked, turn_is_stale
+from sessions.session_writes import collecting_session_writes
 from sessions.turn_queue import turn_queue
 from sessions.turns import Admission, TurnRequest
 
@@ -70,8 +71,9 @@ def admit_turn(*, request: TurnRequest) -> Admission:
 def admit_turn_locked(*, request: TurnRequest) -> Admission:
     """`admit_turn` for a caller whose transaction already holds the session's admission
     lock (the queue scheduler, which looks at the session under that lock first). Locks:
-    the active turn's run and command, the session row. The events of every run it writes
-    (the interrupted or stale turn's, the new turn's) are appended together at the end."""
+    the active turn's run and command, the session row. The session row is written once
+    and the events of every run it writes (the interrupted or stale turn's, the new
+    turn's) are appended together, at the end, in that order."""
     observed = Session.objects.filter(pk=request.session_id).first()
     if observed is not None:
         check_boundary(
@@ -81,7 +83,8 @@ def admit_turn_locked(*, request: TurnRequest) -> Admission:
             backend=request.spec.backend_profile,
         )
     events = PendingEvents()
-    admission = _admit_locked(request, observed, events)
+    with collecting_session_writes():
+        admission = _admit_locked(request, observed, events)
     events.append_locked()
     return admission
 
@@ -230,16 +233,8 @@ def _decide_busy(
         )
         return None
     if request.when_busy == "steer":
-        steer = create_command_locked(
-            active.run,
-            type="steer",
-            payload=request.payload,
-            idempotency_key=request.idempotency_key,
-            dispatch=None,
-            session=active.session,
-            events=events,
-        )
-        return Admission("steered", active.run, steer.command)
+        steer = _add_command(active.run, request, "steer", session=active.session, events=events)
+        return Admission("steered", active.run, steer)
     if request.when_busy == "interrupt":
         outcome = cancel_run_locked(
             active.run,
@@ -267,23 +262,28 @@ def _create_turn(
     # A run this transaction inserted is its own (nobody else sees it before the commit);
     # a replayed reserved run id names an existing run, which must be locked.
     run = created.run if created.created else lock_run(created.run.id)
-    command = create_command_locked(
-        run,
-        type="turn",
-        payload=request.payload,
-        idempotency_key=request.idempotency_key,
-        dispatch=request.dispatch,
-        session=created.session or session,
-        events=events,
-    ).command
+    command = _add_command(run, request, "turn", session=created.session or session, events=events)
     return Admission("created", created.run, command)
 
 
+def _add_command(
+    run: Run, request: TurnRequest, type: str, *, session: Session | None, events: PendingEvents
+) -> Command:
+    """The request's payload as a new `turn` (with the request's dispatch) or `steer` (with
+    none: the active turn's runner takes it) command of the locked `run`."""
+    return create_command_locked(
+        run,
+        type=type,
+        payload=request.payload,
+        idempotency_key=request.idempotency_key,
+        dispatch=request.dispatch if type == "turn" else None,
+        session=session,
+        events=events,
+    ).command
+
+
 def busy(session_id: str, run: Run, command: Command) -> AgentRunError:
-    return conflict(
-        f"session {session_id} is busy with turn {command.id}",
-        code="session_busy",
-        active_run_id=run.id,
-        active_turn_id=command.id,
-        run_status=run.status,
-    )
+    """409 `session_busy`, naming the turn that holds the session."""
+    holder = {"active_run_id": run.id, "active_turn_id": command.id, "run_status": run.status}
+    message = f"session {session_id} is busy with turn {command.id}"
+    return conflict(message, code="session_busy", **holder)

@@ -12,6 +12,12 @@ INSERT and the session touch were three) plus the NOTIFY after COMMIT, and a ses
 version is one statement (the shared feed lock and `nextval` were two).
 Since issue 21 each append makes one webhook-delivery INSERT … SELECT (it writes nothing
 when the tenant has no endpoint).
+Since issue 18 item 4 admission collects its session projection (`sessions.session_writes`)
+as it collects events: the session row is written once, with at most one new version, where
+an interrupt wrote it three times with two versions; and a run's end reads its queue task
+and its session's queued turns in one query (`queues.selectors.task_and_queued_turns_of`).
+Created 19 → 17, created on an ended session 16 → 15, interrupt 31 → 27, stale turn
+replaced 28 → 24, session cancel 23 → 22.
 """
 
 from __future__ import annotations
@@ -49,6 +55,13 @@ def session_locks(sqls: list[str]) -> int:
     return sum(sql.startswith('SELECT "agentrun_sessions"') and "FOR UPDATE" in sql for sql in sqls)
 
 
+def writes_session_once(sqls: list[str]) -> bool:
+    """One UPDATE of the session row (the events' statement aside), one version drawn."""
+    updates = count(sqls, 'UPDATE "agentrun_sessions"')
+    drawn = sum("nextval('agentrun_session_version_seq'" in sql for sql in sqls)
+    return (updates, drawn) == (1, 1)
+
+
 def appends_once(sqls: list[str]) -> bool:
     """The events were appended in one go: one statement (`runs.sql`) that reads the last
     seqs, inserts, touches the session and notifies, and no other event INSERT or NOTIFY."""
@@ -59,8 +72,10 @@ def appends_once(sqls: list[str]) -> bool:
 
 def test_a_created_turn_on_a_new_session() -> None:
     sqls = statements(lambda: admit("s-new", "hi", dispatch={}))
-    assert len(sqls) == 19, sqls
+    assert len(sqls) == 17, sqls
     assert appends_once(sqls)
+    # The version the INSERT drew is the only one: nobody saw the row before this commit.
+    assert writes_session_once(sqls)
     assert phases(Run.objects.get().id) == ["user_message", "run-created", "command-created"]
 
 
@@ -70,8 +85,8 @@ def test_a_created_turn_on_a_session_whose_last_turn_ended_locks_its_row_once() 
         session_id="s-ended", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
     )
     sqls = statements(lambda: admit("s-ended", "second", dispatch={}))
-    assert len(sqls) == 16, sqls
-    assert session_locks(sqls) == 1 and appends_once(sqls)
+    assert len(sqls) == 15, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
 @pytest.mark.parametrize("claimed", [False, True])
@@ -83,8 +98,8 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 31, sqls
-    assert session_locks(sqls) == 1 and appends_once(sqls)
+    assert len(sqls) == 27, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
     assert count(sqls, 'INSERT INTO "agentrun_cancel_requests"') == 1
     assert count(sqls, 'UPDATE "agentrun_cancel_requests"') == 0
     stages = ["cancel-delivered", "cancel-aborting"] if claimed else []
@@ -107,8 +122,8 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 28, sqls
-    assert session_locks(sqls) == 1 and appends_once(sqls)
+    assert len(sqls) == 24, sqls
+    assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
 @pytest.mark.parametrize("through", ["admit_turn", "admit_steer"])
@@ -123,7 +138,7 @@ def test_a_steer(through: str) -> None:
             )
         )
     assert len(sqls) == 14, sqls
-    assert session_locks(sqls) == 1 and appends_once(sqls)
+    assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
 def test_a_busy_session_refuses_without_writing() -> None:
@@ -147,5 +162,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 23, sqls
+    assert len(sqls) == 22, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

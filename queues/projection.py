@@ -29,10 +29,9 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from agentrun.tenancy import Scope
 from queues.locks import lock_attempt_of_run, lock_task_if_exists
 from queues.models import AttemptState
-from queues.selectors import has_queued_turns, task_id_of
+from queues.selectors import task_and_queued_turns_of, task_id_of
 from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.wakeup import wake_scheduler
 from runs.models import TERMINAL_RUN_STATUSES, Command, FailureKind, Run, RunStatus
@@ -49,7 +48,9 @@ def on_run_terminal_locked(run: Run) -> None:
     """Project a terminal run onto its task and attempt. Needs the run lock; takes the task
     and attempt locks and a task version. After commit, wakes the scheduler when the run
     freed a queue slot or its session has queued turns waiting."""
-    task_id = task_id_of(run)
+    # One read for both (it was two). `queued` is read before the projection now: that can
+    # only add a wake-up (a projected task is running, never one of the pending turns).
+    task_id, queued = task_and_queued_turns_of(run)
     if task_id is not None:
         project_outcome_locked(
             task_id,
@@ -58,9 +59,6 @@ def on_run_terminal_locked(run: Run) -> None:
             failure_kind=run.failure_kind,
             failure_message=run.failure_message or run.cancel_reason,
         )
-    queued = run.session_id and has_queued_turns(
-        scope=Scope.tenant(run.tenant_id), session_id=run.session_id
-    )
     if task_id is not None or queued:
         transaction.on_commit(wake_scheduler)
 

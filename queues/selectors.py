@@ -26,11 +26,14 @@ from django.db import transaction
 from django.db.models import (
     Case,
     Count,
+    Exists,
     F,
     IntegerField,
     Min,
+    OuterRef,
     Q,
     QuerySet,
+    Subquery,
     Value,
     When,
 )
@@ -180,22 +183,49 @@ def task_id_of(run: Run) -> str | None:
     """The task a run belongs to: the one its `trace_sink` names, else, for a session run,
     the task of the attempt that ran it (a queued session turn is admitted with its
     client's own trace sink; see `queues.services.turns`)."""
+    task_id = _sink_task_id(run)
+    if task_id is not None or run.session_id is None:
+        return task_id
+    return _attempt_task_ids(run.id).first()
+
+
+def task_and_queued_turns_of(run: Run) -> tuple[str | None, bool]:
+    """`task_id_of(run)`, and `has_queued_turns` of its session (False without one), in
+    one query: a run's end asks both (`queues.projection`), and an interrupting turn
+    admission ends a run (bench cell 9; two statements before issue 18)."""
+    task_id = _sink_task_id(run)
+    if run.session_id is None:
+        return task_id, False
+    queued = Exists(queued_turns(scope=Scope.tenant(run.tenant_id), session_id=run.session_id))
+    if task_id is not None:
+        return task_id, bool(Run.objects.filter(pk=run.id).values_list(queued, flat=True)[0])
+    attempt = Subquery(_attempt_task_ids(OuterRef("id"))[:1])
+    found, waiting = Run.objects.filter(pk=run.id).values_list(attempt, queued)[0]
+    return found, bool(waiting)
+
+
+def _sink_task_id(run: Run) -> str | None:
     sink = run.trace_sink
     task_id = sink.get("task_id") if isinstance(sink, dict) else None
-    if isinstance(task_id, str) and task_id:
-        return task_id
-    if run.session_id is None:
-        return None
-    attempt = QueueAttempt.objects.filter(run_id=run.id).values_list("task_id", flat=True)
-    return attempt.first()
+    return task_id if isinstance(task_id, str) and task_id else None
 
 
-def has_queued_turns(*, scope: Scope, session_id: str) -> bool:
-    """Whether a pending task of the scope's tenant waits for this session. A session's lane
+def _attempt_task_ids(run_id: Any) -> QuerySet[QueueAttempt, str]:
+    attempts = QueueAttempt.objects.filter(run_id=run_id).order_by("task_id", "attempt_id")
+    return attempts.values_list("task_id", flat=True)
+
+
+def queued_turns(*, scope: Scope, session_id: str) -> QuerySet[QueueTask]:
+    """The pending tasks of the scope's tenant that wait for this session. A session's lane
     is its tenant's tasks naming it: another tenant's task naming the same id is in that
     tenant's lane and never holds this one's turns (issue 16)."""
     pending = tasks_for(scope=scope).annotate(sid=KT("session_ref__session_id"))
-    return pending.filter(sid=session_id, state=TaskState.PENDING).exists()
+    return pending.filter(sid=session_id, state=TaskState.PENDING)
+
+
+def has_queued_turns(*, scope: Scope, session_id: str) -> bool:
+    """Whether a pending task of the scope's tenant waits for this session."""
+    return queued_turns(scope=scope, session_id=session_id).exists()
 
 
 def queue_position(task: QueueTask) -> int | None:

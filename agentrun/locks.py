@@ -73,13 +73,17 @@ def advisory_xact_lock_shared(key: LockKey, value: str) -> None:
 
 
 # The shared lock first, then the value: `locked` is read by a one-time filter, so the
-# sequence is not drawn before the lock is held (`agentrun.versions` needs that order).
-_NEXTVAL_UNDER_SHARED_LOCK = """\
+# sequence is not drawn before the lock is held (`agentrun.versions` needs that order). A
+# statement that starts with `SHARED_LOCK_CTE` (its two parameters first) and filters on
+# `EXISTS (SELECT FROM locked)` reads no row, so draws no value, before the lock is held.
+SHARED_LOCK_CTE = """\
 WITH locked AS MATERIALIZED (
   SELECT pg_advisory_xact_lock_shared(hashtext(%s), hashtext(%s))
 )
-SELECT nextval(%s::regclass) WHERE EXISTS (SELECT FROM locked)
 """
+_NEXTVAL_UNDER_SHARED_LOCK = (  # two constants, no input
+    SHARED_LOCK_CTE + "SELECT nextval(%s::regclass) WHERE EXISTS (SELECT FROM locked)\n"  # noqa: S608
+)
 
 
 def nextval_under_shared_lock(key: LockKey, value: str, sequence: str) -> int:

@@ -29,7 +29,12 @@ from typing import Any
 from django.db.models import BigIntegerField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from agentrun.locks import LockKey, advisory_xact_lock, nextval_under_shared_lock
+from agentrun.locks import (
+    SHARED_LOCK_CTE,
+    LockKey,
+    advisory_xact_lock,
+    nextval_under_shared_lock,
+)
 
 _FEED = "global"
 
@@ -45,6 +50,13 @@ class VersionFeed:
         # One statement takes the shared lock and draws the value (the ORM has no
         # sequences; the name is a constant of this module).
         return nextval_under_shared_lock(self.lock, _FEED, self.sequence)
+
+    def drawn_in_statement(self) -> tuple[str, list[str], str]:
+        """For a writer that draws its version in the UPDATE that stores it (one round trip
+        where `next_version` and the UPDATE were two): the CTE to start the statement with,
+        its parameters, and the next-value expression. The statement must filter on
+        `EXISTS (SELECT FROM locked)`, so that the value is drawn under the shared lock."""
+        return SHARED_LOCK_CTE, [str(self.lock), _FEED], f"nextval('{self.sequence}'::regclass)"
 
     def settle(self) -> None:
         """Wait until no allocated version is uncommitted. Call first in the feed's

@@ -138,10 +138,7 @@ def _write_locked(session: Session, fields: list[str], *, bump: bool) -> None:
     if pending is not None:
         pending.add(session, fields, bump=bump)
         return
-    if bump:
-        session.version = next_session_version()
-        fields = [*fields, "version"]
-    update_session_columns(session, fields)
+    update_session_columns(session, fields, bump=bump)
 
 
 def _lock_session(session_id: str) -> Session | None:

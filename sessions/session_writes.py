@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 from sessions.models import Session
 from sessions.sql import update_session_columns
-from sessions.versions import next_session_version
 
 
 @dataclass
@@ -78,12 +77,9 @@ class PendingSessionWrites:
 
     @staticmethod
     def _write(pending: _PendingRow) -> None:
-        fields = set(pending.fields)
-        if pending.bump and not pending.versioned:
-            pending.session.version = next_session_version()
-            fields.add("version")
-        if fields:
-            update_session_columns(pending.session, fields)
+        bump = pending.bump and not pending.versioned
+        if pending.fields or bump:
+            update_session_columns(pending.session, pending.fields, bump=bump)
 
 
 _COLLECTING: ContextVar[PendingSessionWrites | None] = ContextVar(

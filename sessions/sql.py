@@ -8,7 +8,9 @@ fields prepare, so the JSON columns are adapted exactly as the ORM adapts them.
 
 The caller holds the row lock (`sessions.locks`), so the statement waits for nobody, and
 it writes only the columns it is given: `last_event_seq`, which event appends advance in
-their own statement (`runs.sql.insert_events`), is never among them.
+their own statement (`runs.sql.insert_events`), is never among them. A visible change
+draws its version in the same statement (the shared feed lock, then `nextval`, as
+`agentrun.versions` orders them), one round trip where it was two.
 """
 
 from __future__ import annotations
@@ -20,31 +22,47 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field
 
+from agentrun.versions import SESSION_VERSIONS
 from sessions.models import Session
 
 
-def update_session_columns(session: Session, fields: Iterable[str]) -> None:
-    """`UPDATE agentrun_sessions SET <fields> = <the instance's values> WHERE session_id`.
-    Needs the caller's transaction and the session row lock."""
-    names = tuple(sorted(set(fields)))
-    sql, model_fields = _update_shape(names)
+def update_session_columns(session: Session, fields: Iterable[str], *, bump: bool) -> None:
+    """`UPDATE agentrun_sessions SET <fields> = <the instance's values> WHERE session_id`;
+    with `bump`, also a new version (`sessions.versions`), drawn in the same statement under
+    the feed's shared lock and stored on the instance. Needs the caller's transaction and
+    the session row lock, and comes after every other row lock the transaction takes."""
+    names = tuple(sorted(set(fields) - {"version"}))
+    sql, model_fields = _update_shape(names, bump)
+    values = [getattr(session, field.attname) for field in model_fields]
     params = [
-        field.get_db_prep_save(getattr(session, field.attname), connection)
-        for field in model_fields
+        field.get_db_prep_save(value, connection)
+        for field, value in zip(model_fields, values, strict=True)
     ]
+    gate = SESSION_VERSIONS.drawn_in_statement()[1] if bump else []
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, session.session_id])
+        cursor.execute(sql, [*gate, *params, session.session_id])
+        if bump:
+            session.version = cursor.fetchone()[0]
 
 
 @cache
-def _update_shape(names: tuple[str, ...]) -> tuple[str, list[Field[Any, Any]]]:
-    """The statement for one set of columns, and their model fields (in the same order)."""
+def _update_shape(names: tuple[str, ...], bump: bool) -> tuple[str, list[Field[Any, Any]]]:
+    """The statement for one set of columns (and a new version, with `bump`), and the
+    columns' model fields in the order of their parameters."""
     by_name = {field.name: field for field in Session._meta.concrete_fields}
     fields = [by_name[name] for name in names]
     assert all(not field.primary_key and field.name != "last_event_seq" for field in fields)
     quote = connection.ops.quote_name
-    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in fields)
+    assignments = [f"{quote(str(field.column))} = %s" for field in fields]
     table = quote(Session._meta.db_table)
-    # Column and table names come from the model, never from input.
-    sql = f"UPDATE {table} SET {assignments} WHERE session_id = %s"  # noqa: S608
+    if not bump:
+        # Column and table names come from the model, never from input.
+        sql = f"UPDATE {table} SET {', '.join(assignments)} WHERE session_id = %s"  # noqa: S608
+        return sql, fields
+    cte, _, next_version = SESSION_VERSIONS.drawn_in_statement()
+    assignments.append(f'"version" = {next_version}')
+    sql = (
+        f"{cte}UPDATE {table} SET {', '.join(assignments)}"  # noqa: S608 (as above)
+        ' WHERE session_id = %s AND EXISTS (SELECT FROM locked) RETURNING "version"'
+    )
     return sql, fields

@@ -13,8 +13,9 @@ session UPDATE) and the NOTIFY, sent after COMMIT; a session version is one stat
 Since issue 21 each append makes one webhook-delivery INSERT … SELECT (it writes nothing
 when the tenant has no endpoint).
 Since issue 18 item 4 the end of a session's run reads its queue task and the session's
-queued turns in one query (`queues.selectors.task_and_queued_turns_of`): finish 22 → 21,
-reaper 18 → 17.
+queued turns in one query (`queues.selectors.task_and_queued_turns_of`), and a session
+write draws its version in its own UPDATE (`sessions.sql`): run finish 22 → 19 (two
+versioned session writes), command finish 17 → 15, reaper 18 → 16.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def test_a_run_finish_that_records_the_thread_and_closes_an_open_command() -> No
             run_id=run.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
         )
     )
-    assert len(sqls) == 21, sqls
+    assert len(sqls) == 19, sqls
     assert appended_once(sqls)
 
 
@@ -109,7 +110,7 @@ def test_a_command_finish_that_records_the_thread() -> None:
             command_id=command.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
         )
     )
-    assert len(sqls) == 17, sqls
+    assert len(sqls) == 15, sqls
     assert appended_once(sqls)
 
 
@@ -118,5 +119,5 @@ def test_the_reaper_fails_a_run_in_one_append() -> None:
     create_command(run_id=run.id, type="turn", payload={"text": "hi"})
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     sqls = statements(lambda: reap_expired_leases(limit=10, grace_ms=0))
-    assert len(sqls) == 17, sqls
+    assert len(sqls) == 16, sqls
     assert appended_once(sqls)

@@ -14,10 +14,12 @@ Since issue 21 each append makes one webhook-delivery INSERT … SELECT (it writ
 when the tenant has no endpoint).
 Since issue 18 item 4 admission collects its session projection (`sessions.session_writes`)
 as it collects events: the session row is written once, with at most one new version, where
-an interrupt wrote it three times with two versions; and a run's end reads its queue task
-and its session's queued turns in one query (`queues.selectors.task_and_queued_turns_of`).
-Created 19 → 17, created on an ended session 16 → 15, interrupt 31 → 27, stale turn
-replaced 28 → 24, session cancel 23 → 22.
+an interrupt wrote it three times with two versions; that write draws its version in the
+same statement (`sessions.sql`: the shared feed lock, `nextval` and the UPDATE were two
+statements); and a run's end reads its queue task and its session's queued turns in one
+query (`queues.selectors.task_and_queued_turns_of`). Created 19 → 17, created on an ended
+session 16 → 14, interrupt 31 → 26, stale turn replaced 28 → 23, steer 14 → 13, session
+cancel 23 → 21; a turn queued behind a busy one is 13 (it writes no session row).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def session_locks(sqls: list[str]) -> int:
 
 def writes_session_once(sqls: list[str]) -> bool:
     """One UPDATE of the session row (the events' statement aside), one version drawn."""
-    updates = count(sqls, 'UPDATE "agentrun_sessions"')
+    updates = sum('UPDATE "agentrun_sessions" SET' in sql for sql in sqls)
     drawn = sum("nextval('agentrun_session_version_seq'" in sql for sql in sqls)
     return (updates, drawn) == (1, 1)
 
@@ -85,7 +87,7 @@ def test_a_created_turn_on_a_session_whose_last_turn_ended_locks_its_row_once() 
         session_id="s-ended", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
     )
     sqls = statements(lambda: admit("s-ended", "second", dispatch={}))
-    assert len(sqls) == 15, sqls
+    assert len(sqls) == 14, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
@@ -98,7 +100,7 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 27, sqls
+    assert len(sqls) == 26, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
     assert count(sqls, 'INSERT INTO "agentrun_cancel_requests"') == 1
     assert count(sqls, 'UPDATE "agentrun_cancel_requests"') == 0
@@ -122,7 +124,7 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 24, sqls
+    assert len(sqls) == 23, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
@@ -137,8 +139,15 @@ def test_a_steer(through: str) -> None:
                 session_id="s-steer", scope=Scope.tenant("tenant-a"), payload={"text": "x"}
             )
         )
-    assert len(sqls) == 14, sqls
+    assert len(sqls) == 13, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
+
+
+def test_a_turn_queued_behind_the_active_one_writes_no_session_row() -> None:
+    admit("s-queue", "first", dispatch={})
+    sqls = statements(lambda: admit("s-queue", "later", dispatch={}, when_busy="enqueue"))
+    assert len(sqls) == 13, sqls
+    assert session_locks(sqls) == 1 and not any('UPDATE "agentrun_sessions"' in q for q in sqls)
 
 
 def test_a_busy_session_refuses_without_writing() -> None:
@@ -162,5 +171,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 22, sqls
+    assert len(sqls) == 21, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

@@ -63,6 +63,7 @@ from bench.harness import (
     format_line,
     ratio_of,
 )
+from bench.profiling import print_summary, profiled
 from runs.services.event_log import NewEvent, append_runner_events
 
 KEYS = 500
@@ -362,6 +363,33 @@ def rate_figures(
     return outcomes
 
 
+def profile_relay(scale: Scale, template: tuple[str, str, str], broker: Any) -> dict[str, Any]:
+    """py-spy one relay worker process (its claim and send thread, and its settle thread)
+    while it drains a backlog large enough to outlast the sampling."""
+    seconds = scale.pick(4, 8)
+    topic = f"bench.profile.{int(time.time())}"
+    create_topic(broker.bootstrap_servers, topic)
+    seed_records(template, scale.pick(15_000, 40_000), topic)
+    with outbox_env(broker.bootstrap_servers, topic):
+        pool = queues.Pool("relay", processes=1, slots=1, batch=500, idle=1.0)
+        try:
+            summary = _sampled_draining(pool, seconds)
+        finally:
+            pool.kill()
+    delete_topic(broker.bootstrap_servers, topic)
+    print_summary(summary)
+    return summary
+
+
+def _sampled_draining(pool: queues.Pool, seconds: float) -> dict[str, Any]:
+    """The profile of the pool's one worker over its first `seconds` of draining."""
+    with profiled("relay-worker", seconds=seconds, focus="", pid=pool.pids[0]) as summary:
+        pool.go()
+        time.sleep(seconds + 0.5)  # py-spy stops on its own after `seconds`
+    pool.collect()
+    return summary
+
+
 # --- the fault run -----------------------------------------------------------------------
 
 
@@ -481,6 +509,8 @@ def run(scale: Scale) -> CellReport:
     try:
         template = template_record(broker.bootstrap_servers)
         report.outcomes += rate_figures(p, template, broker, scale.heavy_reps)
+        if scale.profile:
+            report.data["profile"] = profile_relay(scale, template, broker)
     finally:
         broker.stop()
     broker = start_broker()  # a fresh one: the fault run freezes it

@@ -12,7 +12,7 @@ in SQL (new ids, keys, `outbox_seq` and per-key `seq`), so the relay sees rows e
 Rates (n = 50,000; 2,000 under --quick), per repetition in this order, three repetitions:
 - agentrun: 1 and 3 processes, each running `outbox.services.relay.run_relay_loop` (what
   `relay_outbox --loop` runs) with the deployment's defaults (batch
-  `AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE` = 500: claim the due prefix per key, produce, fenced
+  `AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE` = 1,000: claim the due prefix per key, produce, fenced
   settle; the next batch is claimed and produced while one is settled, on a second thread
   and database connection) until the outbox is drained;
 - the limit: raw confluent-kafka producing the same messages with the same producer
@@ -23,8 +23,9 @@ Rates (n = 50,000; 2,000 under --quick), per repetition in this order, three rep
   connection each).
 After each sample a consumer reads the whole topic back: per key, `outbox_seq` must only
 grow (order violations otherwise), every record must be there (lost), and repeats of an
-event id are duplicates (allowed by at-least-once, but counted). Goals (issue 9):
->= 0.25x the producer limit, >= 0.8x the naive relay, 0 order violations, 0 gaps.
+event id are duplicates (allowed by at-least-once, but counted). Goals: >= 0.35x the
+producer limit (issue 18; it was 0.25x, issue 9), >= 0.8x the naive relay, 0 order
+violations, 0 gaps. `--profile` adds a py-spy profile of one relay worker draining.
 
 Fault run (agentrun only; n records, 3 processes, lease 30 s; quick: 3,000, 2 processes,
 lease 10 s): a consumer reads the topic from the start for the whole run. Once 10 % is

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from agentrun.model_bases import LeasedWork, TextIdModel, Timestamped
+from agentrun.model_bases import LeasedWork, TextIdModel, Timestamped, partial_index
 from runs.models import Command, Run
 
 
@@ -50,9 +50,10 @@ class RunnerDispatchIntent(LeasedWork, TextIdModel, Timestamped):
         indexes = [
             # The claim's hot path: only open intents, by due time. Terminal rows (most of
             # the table over time) are not in it.
-            models.Index(
-                fields=["next_attempt_at", "created_at"],
-                condition=models.Q(state__in=OPEN_INTENT_STATES),
+            partial_index(
+                "next_attempt_at",
+                "created_at",
+                where=models.Q(state__in=OPEN_INTENT_STATES),
                 name="agentrun_rdi_due_open_idx",
             ),
             models.Index(fields=["run", "state"], name="agentrun_rdi_run_state_idx"),

@@ -59,12 +59,18 @@ class FailureKind(models.TextChoices):
 
 
 class CommandType(models.TextChoices):
+    """What a command asks of the run's runner: a new turn, guidance for the turn it is
+    executing, or to stop that turn."""
+
     TURN = "turn"
     STEER = "steer"
     INTERRUPT = "interrupt"
 
 
 class CommandState(models.TextChoices):
+    """`pending` until the runner acknowledges it (idempotently), then one of the three
+    final states (`TERMINAL_COMMAND_STATES`)."""
+
     PENDING = "pending"
     ACKNOWLEDGED = "acknowledged"
     COMPLETED = "completed"

@@ -12,10 +12,11 @@ of a migration's state). But an output that lists all of a model's fields
 - `CancelMarked`: the mark a cancel request leaves on the run or command it targets.
 - `ReadMark`: who marked a row read, and when (a reader's cursor row; the concrete model
   adds the row read and the version it was at).
-- `Leased`: a row that workers claim under a lease and retry with backoff: how often it
-  was tried, by whom until when. `LeasedWork` adds its last error as JSON (dispatch
-  intents); `RelayedDelivery` is a record a relay delivers in key order (Kafka outbox
-  records, webhook deliveries): when it is next due, when it was delivered, and the
+- `Leased`: a row that workers claim under a lease and retry with backoff (dispatch
+  intents, outbox records, webhook deliveries): how often it was tried, by whom until
+  when. Each declares its own `last_error` (JSON or text, as the seed has it).
+  `RelayedDelivery` is a record a relay delivers in key order (Kafka outbox records,
+  webhook deliveries): when it is next due, when it was delivered, and the
   `DeliveryState` derived from those columns.
 - `SessionReferenced`: the `session_id` of a row's `session_ref` (runs, queue tasks).
 
@@ -92,13 +93,6 @@ class Leased(models.Model):
     attempt_count = models.IntegerField(default=0)
     lease_owner = models.TextField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        abstract = True
-
-
-class LeasedWork(Leased):
-    last_error = models.JSONField(null=True, blank=True)
 
     class Meta:
         abstract = True

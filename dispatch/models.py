@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from agentrun.model_bases import LeasedWork, TextIdModel, Timestamped, partial_index
+from agentrun.model_bases import Leased, TextIdModel, Timestamped, partial_index
 from runs.models import Command, Run
 
 
@@ -29,7 +29,7 @@ class IntentState(models.TextChoices):
 OPEN_INTENT_STATES = (IntentState.PENDING, IntentState.RETRY, IntentState.DISPATCHING)
 
 
-class RunnerDispatchIntent(LeasedWork, TextIdModel, Timestamped):
+class RunnerDispatchIntent(Leased, TextIdModel, Timestamped):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="dispatch_intents")
     command = models.OneToOneField(
         Command, on_delete=models.CASCADE, related_name="dispatch_intent"
@@ -40,6 +40,7 @@ class RunnerDispatchIntent(LeasedWork, TextIdModel, Timestamped):
     state = models.TextField(choices=IntentState.choices, default=IntentState.PENDING)
     runner_job_id = models.TextField(help_text="The runner job id planned for this intent.")
     next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.JSONField(null=True, blank=True)
     dispatch_outcome = models.TextField(null=True, blank=True)
     actual_runner_job_id = models.TextField(null=True, blank=True)
     active_runner_id = models.TextField(null=True, blank=True)

@@ -7,8 +7,9 @@ model and `create_api_key`. It is the foundation, so it imports no app (not even
 function): the URLconf and Celery reach the apps by dotted name, and the operations console
 that composes them all is `ops`. `tests/test_layers.py` holds it to that.
 
-Layers (SPEC §9.1): agentrun < runs < dispatch, outbox < sessions < queues < ops; the
-runner (`runner`) stands apart as an API client.
+Layers (SPEC §9.1): agentrun < runs < dispatch, outbox < sessions, webhooks (above
+outbox) < queues, compat_openai (above sessions) < ops; the runner (`runner`) stands apart
+as an API client. `tests/test_layers.py` and `tests/test_projection_layers.py` fence them.
 """
 
 from agentrun.celery import app as celery_app

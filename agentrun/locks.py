@@ -5,7 +5,7 @@ old and a new manager sharing a database take the same locks (issue 17 item 11; 
 tests/test_locks.py against the seed's own `pg_advisory_xact_lock(hashtext($1),
 hashtext($2))`). The namespace is a `LockKey` below — one list, easy to find in `pg_locks`
 and in the logs, with the seed's names — except for the outbox key lock, whose namespace is
-the Kafka topic itself, as in the seed (`outbox.locks.lock_outbox_key`).
+the Kafka topic itself, as in the seed (`outbox.locks.insert_outbox_records`).
 
 - `advisory_xact_lock` is transaction-scoped: it is released by the commit or rollback
   of the service transaction that took it, so it must be called inside `atomic()`.

@@ -62,7 +62,9 @@ async def sdk_stream(
         if event is None:
             yield None
             continue
-        mapped = await read_page(_translate, data=event.data, session_id=session_id)
+        mapped = await read_page(
+            functools.partial(_translate, data=event.data, session_id=session_id)
+        )
         for index, (kind, body) in enumerate(mapped):
             if event.id == seen_id and index <= seen_index:
                 continue

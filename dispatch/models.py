@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from agentrun.model_bases import LeasedWork, TextIdModel, Timestamped
+from agentrun.model_bases import Leased, TextIdModel, Timestamped, partial_index
 from runs.models import Command, Run
 
 
@@ -29,7 +29,7 @@ class IntentState(models.TextChoices):
 OPEN_INTENT_STATES = (IntentState.PENDING, IntentState.RETRY, IntentState.DISPATCHING)
 
 
-class RunnerDispatchIntent(LeasedWork, TextIdModel, Timestamped):
+class RunnerDispatchIntent(Leased, TextIdModel, Timestamped):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="dispatch_intents")
     command = models.OneToOneField(
         Command, on_delete=models.CASCADE, related_name="dispatch_intent"
@@ -40,6 +40,7 @@ class RunnerDispatchIntent(LeasedWork, TextIdModel, Timestamped):
     state = models.TextField(choices=IntentState.choices, default=IntentState.PENDING)
     runner_job_id = models.TextField(help_text="The runner job id planned for this intent.")
     next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.JSONField(null=True, blank=True)
     dispatch_outcome = models.TextField(null=True, blank=True)
     actual_runner_job_id = models.TextField(null=True, blank=True)
     active_runner_id = models.TextField(null=True, blank=True)
@@ -50,9 +51,10 @@ class RunnerDispatchIntent(LeasedWork, TextIdModel, Timestamped):
         indexes = [
             # The claim's hot path: only open intents, by due time. Terminal rows (most of
             # the table over time) are not in it.
-            models.Index(
-                fields=["next_attempt_at", "created_at"],
-                condition=models.Q(state__in=OPEN_INTENT_STATES),
+            partial_index(
+                "next_attempt_at",
+                "created_at",
+                where=models.Q(state__in=OPEN_INTENT_STATES),
                 name="agentrun_rdi_due_open_idx",
             ),
             models.Index(fields=["run", "state"], name="agentrun_rdi_run_state_idx"),

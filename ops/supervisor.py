@@ -7,8 +7,9 @@ behind a server that kept saying ready), and beat must not die with a worker.
 
 - A child that exits is logged at ERROR (name, pid, exit code or signal) and started
   again after a backoff that doubles with each death inside the window (0.5 s, 1 s, 2 s…
-  up to 10 s); after `max_deaths` deaths of one child within `window_s`, `up` stops every
-  child and exits non-zero, for the operator or the service manager to act.
+  up to 10 s, jittered down to half: `agentrun.backoff`, the one formula); after
+  `max_deaths` deaths of one child within `window_s`, `up` stops every child and exits
+  non-zero, for the operator or the service manager to act.
 - SIGTERM or Ctrl-C stops every child (SIGTERM, then SIGKILL after the grace period).
   Children run in process groups of their own, so Ctrl-C reaches them once, from here,
   and on Linux they get SIGTERM if `up` itself is killed (no orphaned worker).
@@ -31,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrun.backoff import backoff_ms
+
 log = logging.getLogger("agentrun.up")
 PR_SET_PDEATHSIG = 1
 
@@ -48,6 +51,10 @@ class Child:
 
 @dataclass
 class Policy:
+    """When the supervisor gives up (`max_deaths` within `window_s`), how long a restart
+    waits (`agentrun.backoff`, doubling per recent death from the base up to the cap, with
+    jitter), and how long children get to exit after SIGTERM."""
+
     max_deaths: int = 5
     window_s: float = 60.0
     backoff_base_s: float = 0.5
@@ -124,7 +131,7 @@ class Supervisor:
                 self.policy.window_s,
             )
             return
-        delay = min(self.policy.backoff_cap_s, self.policy.backoff_base_s * 2 ** (recent - 1))
+        delay = self._restart_delay_s(recent)
         child.restarts += 1
         child.next_start_at = now + delay
         log.error(
@@ -136,6 +143,12 @@ class Supervisor:
             delay,
         )
         self._write_state()
+
+    def _restart_delay_s(self, recent_deaths: int) -> float:
+        """The wait before restarting a child that died `recent_deaths` times lately."""
+        policy = self.policy
+        base_ms, cap_ms = round(policy.backoff_base_s * 1000), round(policy.backoff_cap_s * 1000)
+        return backoff_ms(recent_deaths, base_ms=base_ms, cap_ms=cap_ms) / 1000
 
     def _stop_all(self) -> None:
         running = [c for c in self.children if c.process is not None]

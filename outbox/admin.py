@@ -17,8 +17,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agentrun.admin_actions import OperatorActionsMixin, Outcome, service_action
-from agentrun.admin_console import BigTableAdmin, RunLinkColumn, link, links
+from agentrun.admin_actions import Outcome, service_action
+from agentrun.admin_console import link, links
+from agentrun.admin_leased_rows import LeasedRowAdmin
 from outbox.models import KafkaEventOutbox, OutboxState
 from outbox.services.release import release_outbox_record
 from runs.models import Event
@@ -55,8 +56,15 @@ def _release(request: HttpRequest, record: KafkaEventOutbox, reason: str) -> Out
     return Outcome(False, result.reason)
 
 
+RELEASE_NOW = service_action(
+    name="release_outbox_records",
+    description="Release selected records for immediate retry",
+    perform=_release,
+)
+
+
 @admin.register(KafkaEventOutbox)
-class KafkaEventOutboxAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdmin):
+class KafkaEventOutboxAdmin(LeasedRowAdmin):
     list_display = [
         "id",
         "outbox_seq",
@@ -73,17 +81,7 @@ class KafkaEventOutboxAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdmin):
     search_fields = ["=id", "=event_id", "=run__id", "=partition_key"]
     ordering = ["-outbox_seq"]
     readonly_fields = ["related"]
-    actions = [
-        service_action(
-            name="release_outbox_records",
-            description="Release selected records for immediate retry",
-            perform=_release,
-        )
-    ]
-
-    @admin.display(description="state")
-    def state(self, record: KafkaEventOutbox) -> str:
-        return str(record.state_at(timezone.now()).label)
+    actions = [RELEASE_NOW]
 
     @admin.display(description="related")
     def related(self, record: KafkaEventOutbox) -> SafeString:

@@ -1,5 +1,5 @@
-"""Locks of the outbox: the key lock, and the relay's claim and completion statements,
-which lock the rows they lease or settle.
+"""Locks of the outbox: the writer's statement, which takes the key lock, and the relay's
+claim and completion statements, which lock the rows they lease or settle.
 
 - `insert_outbox_records` is the writer's statement: it takes the per-(topic, partition
   key) transaction advisory lock, then draws the records' `outbox_seq` values and inserts
@@ -16,9 +16,9 @@ which lock the rows they lease or settle.
   fenced by its claim's (id, lease owner, attempt count) and a live lease, after locking
   the live rows `FOR UPDATE`; it runs in the relay's settle transaction.
 
-The statements that take no lock (the sequence batch, the retry `UPDATE`) are in
-`outbox.sql`. Raw SQL here because the ORM cannot express a recursive skip scan, window
-functions over a `LATERAL` join, `FOR UPDATE OF … SKIP LOCKED` inside a CTE feeding an
+The relay's statement that takes no lock (the retry `UPDATE`) is in `outbox.sql`. Raw SQL
+here because the ORM cannot express a recursive skip scan, window functions over a
+`LATERAL` join, `FOR UPDATE OF … SKIP LOCKED` inside a CTE feeding an
 `UPDATE … RETURNING`, or an `UPDATE … FROM …` from a set of rows that gives every row its
 own fencing token.
 """
@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
-from agentrun.locks import advisory_xact_lock_on
+from agentrun.leased_batches import settle_by_tokens, unbroken_prefixes
+from agentrun.raw_sql import fetch_rows, json_param
 from outbox.models import OUTBOX_SEQUENCE
-from outbox.sql import ClaimedRecord, update_by_tokens
+from outbox.sql import ClaimedRecord
 
 logger = logging.getLogger("outbox.relay")
 MAX_CLAIM = 2_000
@@ -48,7 +47,7 @@ RECORDS_PER_KEY = 8  # a claim takes a key's records 8 at a time before it goes 
 # drawn before the lock is held (which is what orders a key's values by commit); the
 # INSERT adds each record's `outbox_seq` to its headers. `next_attempt_at` keeps the
 # column default (due at once). The lock's key is the seed's, (hashtext(topic),
-# hashtext(partition key)), as `lock_outbox_key` takes it.
+# hashtext(partition key)), as `agentrun.locks.advisory_xact_lock_on` spells it.
 _INSERT_RECORDS_SQL = """\
 WITH locked AS MATERIALIZED (
   SELECT pg_advisory_xact_lock(hashtext(%(topic)s), hashtext(%(partition_key)s))
@@ -70,16 +69,6 @@ RETURNING outbox_seq
 """
 
 
-def lock_outbox_key(*, topic: str, partition_key: str) -> None:
-    """Take the (topic, key) transaction advisory lock alone (the writer's statement below
-    takes the same lock itself). Needs the writer's transaction.
-
-    The seed's key: `(hashtext(topic), hashtext(partition key))`, so an old manager's
-    writer of the same key is ordered with ours.
-    """
-    advisory_xact_lock_on(topic, partition_key)
-
-
 def insert_outbox_records(
     *, topic: str, partition_key: str, run_id: str, records: list[dict[str, Any]], now: datetime
 ) -> list[int]:
@@ -87,18 +76,18 @@ def insert_outbox_records(
     one statement; returns the values in the records' order. Each record: `id`,
     `event_id`, `source_seq`, `value`, `headers` (without `outbox_seq`, added here). Needs
     the writer's transaction, after its run and session locks."""
-    params: dict[str, Any] = {
-        "sequence": OUTBOX_SEQUENCE,
-        # One JSON text: bound client side, one quoted string costs less than arrays.
-        "records": json.dumps(records),
-        "run_id": run_id,
-        "topic": topic,
-        "partition_key": partition_key,
-        "now": now,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_RECORDS_SQL, params)
-        return [int(row[0]) for row in cursor.fetchall()]
+    rows = fetch_rows(
+        _INSERT_RECORDS_SQL,
+        {
+            "sequence": OUTBOX_SEQUENCE,
+            "records": json_param(records),
+            "run_id": run_id,
+            "topic": topic,
+            "partition_key": partition_key,
+            "now": now,
+        },
+    )
+    return [int(row[0]) for row in rows]
 
 
 # The seed's claim takes the due, unleased prefix of each key, keys served round robin,
@@ -244,42 +233,22 @@ def claim_due_records(*, owner: str, lease_ms: int, limit: int) -> list[ClaimedR
     Must run inside a short transaction of its own (the row locks are held until it
     commits). Each returned record's (id, lease_owner, attempt_count) is its fencing token.
     """
-    limit = max(1, min(limit, MAX_CLAIM))
-    params: dict[str, Any] = {
-        "limit": limit,
+    params = {
+        "limit": max(1, min(limit, MAX_CLAIM)),
         "per_key": RECORDS_PER_KEY,
         "owner": owner,
         "lease_ms": lease_ms,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, params)
-        rows = sorted(cursor.fetchall(), key=lambda row: row[5])  # outbox_seq
+    rows = sorted(fetch_rows(_CLAIM_SQL, params), key=lambda row: row[5])  # outbox_seq
+    # The claim's locks rule a gap out; should one ever appear, the rows after it are not
+    # sent and come back when their lease lapses.
+    kept = unbroken_prefixes(rows, key=lambda row: (row[3], row[4]), offset=lambda row: row[10])
+    if len(kept) < len(rows):
+        logger.warning("outbox claim had a gap: %d leased records held back", len(rows) - len(kept))
     # Plain records, not model instances: building 500 models costs more than the claim's
     # SQL, and the relay only sends them. Django's connection reads jsonb as text, which is
     # what goes to Kafka (`outbox.services.relay.message_of`), so only headers are decoded.
-    return [_claimed(row) for row in _prefixes_only(rows)]
-
-
-def _claimed(row: tuple[Any, ...]) -> ClaimedRecord:
-    return ClaimedRecord._make((*row[:9], json.loads(row[9])))
-
-
-def _prefixes_only(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The claimed rows (in `outbox_seq` order) up to the first gap in each key's offsets.
-    The claim's locks rule a gap out; should one ever appear, the rows after it are not
-    sent and come back when their lease lapses."""
-    expected: dict[tuple[str, str], int] = {}
-    kept = []
-    for row in rows:
-        key, offset = (row[3], row[4]), row[10]
-        if expected.get(key, 1) == offset:
-            expected[key] = offset + 1
-            kept.append(row)
-        else:
-            expected[key] = -1  # nothing more of this key
-    if len(kept) < len(rows):
-        logger.warning("outbox claim had a gap: %d leased records held back", len(rows) - len(kept))
-    return kept
+    return [ClaimedRecord._make((*row[:9], json.loads(row[9]))) for row in kept]
 
 
 # Completion of acknowledged records (seed `completeKafkaEventOutbox`), for a whole batch.
@@ -344,7 +313,5 @@ def complete_claims(completions: list[Completion]) -> set[str]:
     Must be called inside the settle transaction: it locks the live rows (`FOR UPDATE`, in
     id order) until that transaction commits.
     """
-    if not completions:
-        return set()
     tokens = [c.claim.token(key_no=c.key_no, key_offset=c.key_offset) for c in completions]
-    return update_by_tokens(_COMPLETE_SQL, tokens)
+    return {row[0] for row in settle_by_tokens(_COMPLETE_SQL, tokens)}

@@ -11,27 +11,26 @@ read-only.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.db import models
-from django.db.models.functions import Now
 
-from agentrun.model_bases import LeasedWork, TextIdModel, Timestamped
+from agentrun.model_bases import (
+    DeliveryState,
+    RelayedDelivery,
+    TextIdModel,
+    Timestamped,
+    partial_index,
+)
 from runs.models import Run
 
 OUTBOX_SEQUENCE = "agentrun_kafka_event_outbox_seq"
 
 
-class OutboxState(models.TextChoices):
-    """A derived state (no column holds it): how the admin filters and the status counts."""
-
-    PENDING = "pending"  # never claimed, waiting for the relay
-    LEASED = "leased"  # claimed by a relay worker whose lease has not expired
-    RETRYING = "retrying"  # attempted before, waiting for its next attempt
-    DELIVERED = "delivered"  # acknowledged by Kafka (acks=all)
+# A record's derived state (pending, leased, retrying, delivered), shared with webhook
+# deliveries: the same lease and outcome columns (`RelayedDelivery.state_at`).
+OutboxState = DeliveryState
 
 
-class KafkaEventOutbox(LeasedWork, TextIdModel, Timestamped):
+class KafkaEventOutbox(RelayedDelivery, TextIdModel, Timestamped):
     outbox_seq = models.BigIntegerField(unique=True)
     event_id = models.TextField()
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outbox_records")
@@ -40,9 +39,7 @@ class KafkaEventOutbox(LeasedWork, TextIdModel, Timestamped):
     partition_key = models.TextField()
     value = models.JSONField(help_text="The CloudEvents 1.0 structured JSON envelope.")
     headers = models.JSONField(default=dict)
-    # The database's clock, like every lease and due-time comparison of the relay.
-    next_attempt_at = models.DateTimeField(db_default=Now())
-    delivered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "agentrun_kafka_event_outbox"
@@ -61,19 +58,12 @@ class KafkaEventOutbox(LeasedWork, TextIdModel, Timestamped):
         # table's fillfactor and autovacuum and drops the `LIKE` copies of the id indexes.
         indexes = [
             # Pruning deletes the oldest delivered rows first.
-            models.Index(
-                fields=["delivered_at"],
-                condition=models.Q(delivered_at__isnull=False),
+            partial_index(
+                "delivered_at",
+                where=models.Q(delivered_at__isnull=False),
                 name="agentrun_kobx_delivered_idx",
             ),
         ]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.partition_key} #{self.outbox_seq})"
-
-    def state_at(self, now: datetime) -> OutboxState:
-        if self.delivered_at is not None:
-            return OutboxState.DELIVERED
-        if self.lease_expires_at is not None and self.lease_expires_at > now:
-            return OutboxState.LEASED
-        return OutboxState.RETRYING if self.attempt_count > 0 else OutboxState.PENDING

@@ -19,10 +19,10 @@ record is picked up at once rather than at the next beat tick.
 
 from __future__ import annotations
 
-from django.db import connection, transaction
 from django.utils import timezone
 
 from agentrun import conf
+from agentrun.commit_hooks import on_commit_once
 from agentrun.ids import new_id
 from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
@@ -56,24 +56,12 @@ def record_outbox_locked(*, run: Run, events: list[Event]) -> list[int]:
     seqs = insert_outbox_records(
         topic=topic, partition_key=key, run_id=run.id, records=records, now=timezone.now()
     )
-    _wake_relay_on_commit()
+    if conf.outbox_wake_on_commit():
+        on_commit_once(wake_relay)  # one per transaction, however many appends it makes
     return seqs
 
 
-def _wake_relay_on_commit() -> None:
-    """Register one relay wake-up for this transaction, however many appends it makes."""
-    if not conf.outbox_wake_on_commit():
-        return
-    # Django keeps this transaction's callbacks as (savepoint ids, callback, robust).
-    if any(entry[1] is wake_relay for entry in connection.run_on_commit):
-        return
-    transaction.on_commit(wake_relay)
-
-
-_relay_waker = Waker(
-    task=TaskName.RELAY_BATCH,
-    enabled=conf.outbox_wake_on_commit,
-)
+_relay_waker = Waker(task=TaskName.RELAY_BATCH, enabled=conf.outbox_wake_on_commit)
 
 
 def wake_relay() -> None:

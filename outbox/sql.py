@@ -4,8 +4,8 @@ lock, so it is `outbox.locks.insert_outbox_records`.)
 
 - `retry_claims` sends a batch back to retry in one statement, every row fenced by its
   claim's (id, lease owner, attempt count) and a live lease; it runs in the relay's settle
-  transaction. `update_by_tokens` runs it (and `outbox.locks.complete_claims`) over the
-  batch's tokens in one round trip.
+  transaction. `agentrun.leased_batches.settle_by_tokens` runs it (and
+  `outbox.locks.complete_claims`) over the batch's tokens in one round trip.
 
 Why raw SQL: this is the measured hot path (a relay batch is a claim and two settle
 statements, whatever its size). The ORM cannot express an `UPDATE … FROM` a set of rows
@@ -15,11 +15,10 @@ LOCKED`, the completion's `FOR UPDATE`) are in `outbox.locks`, as house rule 8 r
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from django.db import connection
+from agentrun.leased_batches import settle_by_tokens
 
 
 class ClaimedRecord(NamedTuple):
@@ -80,16 +79,5 @@ class Retry:
 def retry_claims(retries: list[Retry]) -> set[str]:
     """Release the claims whose token holds for a retry after their delay; returns their
     ids. Must be called inside the settle transaction."""
-    if not retries:
-        return set()
     tokens = [r.claim.token(delay_ms=r.delay_ms, last_error=r.last_error) for r in retries]
-    return update_by_tokens(_RETRY_SQL, tokens)
-
-
-def update_by_tokens(sql: str, tokens: list[dict[str, Any]]) -> set[str]:
-    """Run a settle UPDATE over its claims' tokens; the ids it changed."""
-    with connection.cursor() as cursor:
-        # One JSON text, not one array per field: the connection binds parameters client
-        # side, and quoting thousands of array elements cost more than the statement.
-        cursor.execute(sql, {"tokens": json.dumps(tokens)})
-        return {row[0] for row in cursor.fetchall()}
+    return {row[0] for row in settle_by_tokens(_RETRY_SQL, tokens)}

@@ -18,7 +18,14 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_ARRAY, EMPTY_OBJECT
-from agentrun.model_bases import ReadMark, TextIdModel, Timestamped
+from agentrun.model_bases import (
+    ReadMark,
+    SessionReferenced,
+    TextIdModel,
+    Timestamped,
+    partial_index,
+    unique_idempotency_key,
+)
 
 
 class TaskState(models.TextChoices):
@@ -58,7 +65,7 @@ def state_check(states: type[models.TextChoices], name: str) -> models.CheckCons
     return models.CheckConstraint(condition=models.Q(state__in=states.values), name=name)
 
 
-class QueueTask(TextIdModel):
+class QueueTask(SessionReferenced, TextIdModel):
     tenant_id = models.TextField()
     project_id = models.TextField()
     queue = models.TextField()
@@ -91,10 +98,8 @@ class QueueTask(TextIdModel):
     class Meta:
         db_table = "agentrun_queue_tasks"
         constraints = [
-            models.UniqueConstraint(
-                fields=["tenant_id", "project_id", "idempotency_key"],
-                condition=models.Q(idempotency_key__isnull=False),
-                name="agentrun_queue_tasks_idempotency_idx",
+            unique_idempotency_key(
+                "tenant_id", "project_id", name="agentrun_queue_tasks_idempotency_idx"
             ),
             state_check(TaskState, "agentrun_queue_tasks_state_check"),
         ]
@@ -106,15 +111,17 @@ class QueueTask(TextIdModel):
             ),
             models.Index(fields=["version", "updated_at"], name="agentrun_qtasks_updated_idx"),
             # The scheduler's claim order over pending tasks only.
-            models.Index(
-                fields=["-priority", "created_at", "id"],
-                condition=models.Q(state=TaskState.PENDING),
+            partial_index(
+                "-priority",
+                "created_at",
+                "id",
+                where=models.Q(state=TaskState.PENDING),
                 name="agentrun_qtasks_pending_idx",
             ),
             # Per-queue running counts (the concurrency limit).
-            models.Index(
-                fields=["queue"],
-                condition=models.Q(state=TaskState.RUNNING),
+            partial_index(
+                "queue",
+                where=models.Q(state=TaskState.RUNNING),
                 name="agentrun_qtasks_running_idx",
             ),
             # A session's queued and running turns, in order.
@@ -132,12 +139,6 @@ class QueueTask(TextIdModel):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
-
-    @property
-    def session_id(self) -> str | None:
-        ref = self.session_ref
-        value = ref.get("session_id") if isinstance(ref, dict) else None
-        return value if isinstance(value, str) and value else None
 
 
 # What an attempt led to: the run, command, runner job and session it made, and its failure.
@@ -188,11 +189,7 @@ class QueueAttempt(Timestamped):
                 fields=["task", "retry_index"],
                 name="agentrun_queue_attempts_task_id_retry_index_key",
             ),
-            models.UniqueConstraint(
-                fields=["task", "idempotency_key"],
-                condition=models.Q(idempotency_key__isnull=False),
-                name="agentrun_queue_attempts_retry_key_idx",
-            ),
+            unique_idempotency_key("task", name="agentrun_queue_attempts_retry_key_idx"),
             models.UniqueConstraint(
                 fields=["task"],
                 condition=models.Q(state__in=ACTIVE_ATTEMPT_STATES),
@@ -210,9 +207,9 @@ class QueueAttempt(Timestamped):
                 name="agentrun_qattempts_history_idx",
             ),
             # The projector's lookup of a session run's attempt (see projection.task_id_of).
-            models.Index(
-                fields=["run_id"],
-                condition=models.Q(run_id__isnull=False),
+            partial_index(
+                "run_id",
+                where=models.Q(run_id__isnull=False),
                 name="agentrun_qattempts_run_idx",
             ),
         ]

@@ -276,25 +276,23 @@ def _finish_refusal(error: ApiError) -> str:
     return "lost-lease" if error.code == "stale_lease" else f"finish: {error}"
 
 
-class _SteerPoller:
+class _SteerPoller(threading.Thread):
     """While a turn runs, feed later steers into it and honour interrupts; a cancel of the
     turn itself (its command turned `cancelled`) stops the runner at once, not at the next
-    heartbeat."""
+    heartbeat. A daemon thread: `start()` it with the turn, `stop()` it when the turn ends."""
 
     def __init__(self, runner: Runner, control: TurnControl, *, turn_seq: int) -> None:
+        super().__init__(name="steer-poller", daemon=True)
         self.runner, self.control, self.turn_seq = runner, control, turn_seq
         self.absorbed: list[dict[str, Any]] = []
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="steer-poller", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self) -> None:
+        """End the polling and wait for a poll in flight (the turn has ended)."""
         self._done.set()
-        self._thread.join(timeout=30)
+        self.join(timeout=30)
 
-    def _run(self) -> None:
+    def run(self) -> None:
         while not self._done.wait(POLL_S):
             try:
                 seen = self.runner._commands_after(self.turn_seq - 1)

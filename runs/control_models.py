@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
-from agentrun.model_bases import TextIdModel, Timestamped
+from agentrun.model_bases import TextIdModel, Timestamped, partial_index
 from runs.models import Command, Run
 
 
@@ -109,14 +109,14 @@ class Approval(TextIdModel, Timestamped):
         indexes = [
             models.Index(fields=["run", "created_at"], name="agentrun_approvals_run_idx"),
             # The expiry sweep and the sessions' `needs_action` read pending ones only.
-            models.Index(
-                fields=["expires_at"],
-                condition=models.Q(state="pending"),
+            partial_index(
+                "expires_at",
+                where=models.Q(state="pending"),
                 name="agentrun_approvals_due_idx",
             ),
-            models.Index(
-                fields=["session_id"],
-                condition=models.Q(state="pending"),
+            partial_index(
+                "session_id",
+                where=models.Q(state="pending"),
                 name="agentrun_approvals_session_idx",
             ),
         ]

@@ -17,7 +17,14 @@ from django.db.models.functions import Concat, Lower
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
-from agentrun.model_bases import CancelMarked, TextIdModel, Timestamped
+from agentrun.model_bases import (
+    CancelMarked,
+    SessionReferenced,
+    TextIdModel,
+    Timestamped,
+    partial_index,
+    unique_idempotency_key,
+)
 
 
 class RunStatus(models.TextChoices):
@@ -52,12 +59,18 @@ class FailureKind(models.TextChoices):
 
 
 class CommandType(models.TextChoices):
+    """What a command asks of the run's runner: a new turn, guidance for the turn it is
+    executing, or to stop that turn."""
+
     TURN = "turn"
     STEER = "steer"
     INTERRUPT = "interrupt"
 
 
 class CommandState(models.TextChoices):
+    """`pending` until the runner acknowledges it (idempotently), then one of the three
+    final states (`TERMINAL_COMMAND_STATES`)."""
+
     PENDING = "pending"
     ACKNOWLEDGED = "acknowledged"
     COMPLETED = "completed"
@@ -142,7 +155,7 @@ def run_search_document(fields: tuple[str, ...] = RUN_SEARCH_FIELDS) -> Lower:
     return Lower(Concat(*parts[:-1], output_field=TextField()))
 
 
-class Run(TextIdModel, Timestamped, CancelMarked):
+class Run(SessionReferenced, TextIdModel, Timestamped, CancelMarked):
     tenant_id = models.TextField()
     project_id = models.TextField()
     workspace_ref = models.JSONField()
@@ -200,9 +213,10 @@ class Run(TextIdModel, Timestamped, CancelMarked):
             ),
             # Live runs by profile: the dispatcher's capacity count and the operator status read
             # only these, which stay few while terminal history grows.
-            models.Index(
-                fields=["backend_profile", "status"],
-                condition=models.Q(status__in=LIVE_RUN_STATUSES),
+            partial_index(
+                "backend_profile",
+                "status",
+                where=models.Q(status__in=LIVE_RUN_STATUSES),
                 name="agentrun_runs_live_idx",
             ),
         ]
@@ -210,11 +224,6 @@ class Run(TextIdModel, Timestamped, CancelMarked):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_RUN_STATUSES
-
-    @property
-    def session_id(self) -> str | None:
-        ref = self.session_ref
-        return ref.get("session_id") if isinstance(ref, dict) else None
 
     def lease_expired(self, now: datetime) -> bool:
         return self.lease_expires_at is None or self.lease_expires_at <= now
@@ -234,11 +243,7 @@ class Command(TextIdModel, Timestamped, CancelMarked):
         db_table = "agentrun_commands"
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="agentrun_commands_run_seq_key"),
-            models.UniqueConstraint(
-                fields=["run", "idempotency_key"],
-                condition=models.Q(idempotency_key__isnull=False),
-                name="agentrun_commands_run_idempotency_key_idx",
-            ),
+            unique_idempotency_key("run", name="agentrun_commands_run_idempotency_key_idx"),
         ]
 
     @property
@@ -333,11 +338,7 @@ class RunnerJob(TextIdModel, Timestamped):
     class Meta:
         db_table = "agentrun_runner_jobs"
         constraints = [
-            models.UniqueConstraint(
-                fields=["run", "idempotency_key"],
-                condition=models.Q(idempotency_key__isnull=False),
-                name="agentrun_runner_jobs_run_idempotency_key_idx",
-            ),
+            unique_idempotency_key("run", name="agentrun_runner_jobs_run_idempotency_key_idx"),
         ]
         indexes = [
             models.Index(

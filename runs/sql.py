@@ -36,11 +36,27 @@ from django.db import connection
 from psycopg.types.json import Jsonb
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
+# Sent after an append that wrote Kafka outbox records committed (payload: a partition key
+# that got records), in the same after-commit statement as the run changes: a relay worker
+# that LISTENs on it can claim at once, and then the per-commit Celery wake-up of the relay
+# (`AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT`) can be switched off. That publish was most of
+# what the outbox cost an append (bench cell 1, `1.outbox.8w`); this notification costs
+# no round trip of its own.
+OUTBOX_COMMIT_CHANNEL = "agentrun_outbox_committed"
 
 # - `base`: each run's last seq, by one backward probe of the (run, seq) index per run;
 # - `ins`: the events, seq = base + their offset within their run;
 # - `sess`: per session, the last seq of the run that appended to it last (the caller
-#   says which run that is), not a versioned change.
+#   says which run that is), not a versioned change;
+# - the last column: whether any enabled webhook endpoint of the runs' tenants could match
+#   one of the events' types (one probe of the endpoints' partial tenant index). When none
+#   can, the caller skips the webhook-delivery INSERT … SELECT, a round trip that would
+#   write nothing. Why this cannot lose a delivery: the check reads this statement's
+#   snapshot, taken after the run locks were granted. An endpoint whose creation committed
+#   before it is seen, and the INSERT … SELECT runs; one committing later would have been
+#   missed as well by that INSERT … SELECT had its snapshot preceded the commit, so the
+#   event simply happened before the endpoint existed (tests/runs/test_append_webhook_check.py
+#   races endpoint creation against appends from real threads). No cache, so no staleness.
 _INSERT_EVENTS_SQL = """\
 WITH base AS MATERIALIZED (
   SELECT r.run_id, r.n, r.ord,
@@ -63,14 +79,18 @@ sess AS (
       updated_at = %(now)s
   WHERE s.session_id = ANY(%(sessions)s::text[])
 )
-SELECT b.run_id, b.seq FROM base b
+SELECT b.run_id, b.seq,
+       EXISTS (SELECT 1 FROM agentrun_webhook_endpoints w
+               WHERE w.tenant_id = ANY(%(tenants)s::text[]) AND w.enabled
+                 AND (w.event_types ? '*' OR w.event_types ?| %(types)s::text[]))
+FROM base b
 """
 
 # `set_config(…, true)` holds for this statement's own (autocommit) transaction only: its
 # commit does not wait for a WAL flush, so it holds the notify lock for microseconds.
 _NOTIFY_SQL = """\
-SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, payload)
-FROM unnest(%s::text[]) AS payload
+SELECT set_config('synchronous_commit', 'off', true), pg_notify(n.channel, n.payload)
+FROM unnest(%s::text[], %s::text[]) AS n(channel, payload)
 """
 
 
@@ -85,16 +105,25 @@ class EventRow:
     payload: Any
 
 
+@dataclass(frozen=True)
+class InsertedEvents:
+    """What `insert_events` read: each run's last seq *before* the insert (its events got
+    that + offset), and whether a webhook endpoint could match (see the statement)."""
+
+    last_seqs: dict[str, int]
+    endpoints_may_match: bool
+
+
 def insert_events(
     *,
     rows: list[EventRow],
     session_runs: dict[str, str],
+    tenants: list[str],
     now: datetime,
-) -> dict[str, int]:
-    """Insert `rows` after each run's last seq, in one statement; returns each run's last
-    seq *before* the insert (its events got that + offset). `session_runs`: session id →
-    the run whose last seq the session records. Needs the caller's transaction and every
-    run's row lock."""
+) -> InsertedEvents:
+    """Insert `rows` after each run's last seq, in one statement. `session_runs`: session
+    id → the run whose last seq the session records; `tenants`: the runs' tenants. Needs
+    the caller's transaction and every run's row lock."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.run_id] = counts.get(row.run_id, 0) + 1
@@ -112,24 +141,36 @@ def insert_events(
         "now": now,
         "session_runs": Jsonb(session_runs),
         "sessions": sorted(session_runs),
+        "tenants": sorted(set(tenants)),
+        "types": sorted({r.type for r in rows}),
     }
     with connection.cursor() as cursor:
         cursor.execute(_INSERT_EVENTS_SQL, params)
-        return {run_id: seq for run_id, seq in cursor.fetchall()}
+        found = cursor.fetchall()
+    return InsertedEvents(
+        last_seqs={run_id: seq for run_id, seq, _ in found},
+        endpoints_may_match=any(match for _, _, match in found),
+    )
 
 
 def notify_runs_changed(
-    last_seqs: dict[str, int], *, sessions: dict[str, str] | None = None
+    last_seqs: dict[str, int],
+    *,
+    sessions: dict[str, str] | None = None,
+    outbox_keys: list[str] | None = None,
 ) -> None:
     """`NOTIFY agentrun_run_change, '<run id>:<last seq>'` per run, in one statement. Call
     it outside a transaction, after the events committed (the long-poll listener wakes
     exactly the waiters concerned without reading the database: `runs.waiting`); a
     session's run adds `:<session id>`, which wakes that session's streams (a new run's
-    first event too)."""
+    first event too). `outbox_keys`: the partition keys that got outbox records,
+    one `OUTBOX_COMMIT_CHANNEL` notification each (the relay's LISTEN wake-up)."""
     sessions = sessions or {}
     payloads = [
         f"{run_id}:{seq}:{sessions[run_id]}" if sessions.get(run_id) else f"{run_id}:{seq}"
         for run_id, seq in last_seqs.items()
     ]
+    keys = outbox_keys or []
+    channels = [RUN_CHANGE_CHANNEL] * len(payloads) + [OUTBOX_COMMIT_CHANNEL] * len(keys)
     with connection.cursor() as cursor:
-        cursor.execute(_NOTIFY_SQL, [RUN_CHANGE_CHANNEL, payloads])
+        cursor.execute(_NOTIFY_SQL, [channels, payloads + keys])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -37,14 +38,15 @@ RUN_STREAM_ID = r"[0-9]{1,10}"  # a run stream's `Last-Event-ID`: a seq
 T = TypeVar("T")
 
 
-async def read_page(read: Callable[..., T], *, in_request_thread: bool = False, **kwargs: Any) -> T:
-    """`read(**kwargs)` in the loop's executor within a read slot; its connection back in
-    the pool before the slot is given up (a short read, never a wait). `in_request_thread`:
-    in the request's own thread instead (WSGI: a test's transaction is seen there only)."""
+async def read_page(read: Callable[[], T], *, in_request_thread: bool = False) -> T:
+    """`read()` (a `functools.partial` of a sync read, so mypy checks its arguments) in the
+    loop's executor within a read slot; its connection back in the pool before the slot is
+    given up (a short read, never a wait). `in_request_thread`: in the request's own thread
+    instead (WSGI: a test's transaction is seen there only)."""
 
     def released() -> T:
         try:
-            return read(**kwargs)
+            return read()
         finally:
             release_connection()
 
@@ -87,11 +89,8 @@ async def run_stream(
         while True:
             if read:
                 page = await read_page(
-                    run_page,
+                    partial(run_page, run_id=run_id, after_seq=cursor, follow=follow),
                     in_request_thread=not wait,
-                    run_id=run_id,
-                    after_seq=cursor,
-                    follow=follow,
                 )
                 for data in page.events:
                     cursor = data["seq"]

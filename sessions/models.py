@@ -14,7 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentrun.db_schema import EMPTY_OBJECT
-from agentrun.model_bases import ReadMark
+from agentrun.model_bases import ReadMark, partial_index
 
 TITLE_MAX = 120
 
@@ -99,9 +99,9 @@ class Session(models.Model):
             models.Index(fields=["storage_kind", "expires_at"], name="agentrun_sess_storage_idx"),
             # Storage GC's lookup of a PVC's session (seed `agentrun_sessions_storage_pvc_idx`,
             # shortened to Django's 30 characters); most sessions have no PVC.
-            models.Index(
-                fields=["storage_pvc_name"],
-                condition=models.Q(storage_pvc_name__isnull=False),
+            partial_index(
+                "storage_pvc_name",
+                where=models.Q(storage_pvc_name__isnull=False),
                 name="agentrun_sess_storage_pvc_idx",
             ),
         ]

@@ -28,6 +28,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -179,14 +180,14 @@ async def session_stream(
                 else None
             )
             try:
-                page = await read_page(
+                read = partial(
                     session_page,
-                    in_request_thread=not wait,
                     session_id=session_id,
                     position=position,
                     output_only=output_only,
                     known=known,
                 )
+                page = await read_page(read, in_request_thread=not wait)
                 position = page.position
                 for data in page.events:
                     yield StreamEvent(f"{data['run_id']}:{data['seq']}", data["type"], data)
@@ -201,6 +202,6 @@ async def session_stream(
                 if listener is not None and waiter is not None:
                     listener.unregister_session(waiter)
             if not woken:
-                if not await read_page(_session_exists, session_id=session_id):
+                if not await read_page(partial(_session_exists, session_id=session_id)):
                     return  # the session was deleted: nothing more will come
                 yield None

@@ -9,8 +9,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from agentrun.locks import LockKey, advisory_session_lock, advisory_xact_lock
-from outbox.locks import lock_outbox_key
+from agentrun.locks import LockKey, advisory_session_lock, advisory_xact_lock, advisory_xact_lock_on
 
 # What the seed's store runs (postgres-store: withRunnerCreateFence, appendEventWithLockedRun).
 SEED_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext(%s), hashtext(%s))"
@@ -47,7 +46,7 @@ def test_the_runner_create_fence_excludes_the_seeds_fence_on_the_same_profile() 
 @pytest.mark.django_db(transaction=True)
 def test_the_outbox_key_lock_and_registry_locks_are_the_seeds_transaction_locks() -> None:
     with transaction.atomic():
-        lock_outbox_key(topic="agentrun.events", partition_key="tenant-a:s-1")
+        advisory_xact_lock_on("agentrun.events", "tenant-a:s-1")  # the outbox writer's key lock
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, "s-locked")
         held = [
             _seed_manager_gets("agentrun.events", "tenant-a:s-1"),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
-from django.utils import timezone
 
-from agentrun.admin_actions import OperatorActionsMixin, Outcome, service_action
-from agentrun.admin_console import BigTableAdmin, ReadOnlyAdmin, RunLinkColumn
+from agentrun.admin_actions import Outcome, service_action
+from agentrun.admin_console import ReadOnlyAdmin
+from agentrun.admin_leased_rows import LeasedRowAdmin
 from outbox.admin import OutboxStateFilter
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.services.endpoints import retry_delivery_now
@@ -33,8 +33,13 @@ class WebhookEndpointAdmin(ReadOnlyAdmin):
     exclude = ["secret", "previous_secret"]
 
 
+RETRY_NOW = service_action(
+    name="retry_deliveries_now", description="Retry selected deliveries now", perform=_retry_now
+)
+
+
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdmin):
+class WebhookDeliveryAdmin(LeasedRowAdmin):
     list_display = [
         "seq",
         "endpoint",
@@ -52,14 +57,4 @@ class WebhookDeliveryAdmin(RunLinkColumn, OperatorActionsMixin, BigTableAdmin):
     list_select_related = ["endpoint"]
     search_fields = ["=seq", "=event__id", "=run__id", "=partition_key", "=endpoint__id"]
     ordering = ["-seq"]
-    actions = [
-        service_action(
-            name="retry_deliveries_now",
-            description="Retry selected deliveries now",
-            perform=_retry_now,
-        )
-    ]
-
-    @admin.display(description="state")
-    def state(self, delivery: WebhookDelivery) -> str:
-        return str(delivery.state_at(timezone.now()).label)
+    actions = [RETRY_NOW]

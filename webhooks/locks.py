@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from django.db import connection
-
+from agentrun.leased_batches import unbroken_prefixes
+from agentrun.raw_sql import fetch_rows
 from webhooks.models import WebhookEndpoint
 
 _CANDIDATES_SQL = """
@@ -74,29 +74,13 @@ class Claim(NamedTuple):
 def claim_due_deliveries(*, owner: str, lease_ms: int, limit: int, per_key: int) -> list[Claim]:
     """Lease each key's due prefix to `owner`; the claims in `seq` order. Must run inside
     the claim's own short transaction (the row locks are held until it commits)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_CANDIDATES_SQL, {"per_key": per_key, "limit": max(1, limit)})
-        candidates = cursor.fetchall()
-        seqs = _prefixes_only(candidates)
-        if not seqs:
-            return []
-        cursor.execute(_LEASE_SQL, {"owner": owner, "lease_ms": lease_ms, "seqs": seqs})
-        rows = sorted(cursor.fetchall())
-    return [Claim._make(row) for row in rows]
-
-
-def _prefixes_only(candidates: list[tuple[int, str, str, int]]) -> list[int]:
-    """The locked candidates (in `seq` order) that continue their key from offset 1
-    without a gap: a row skipped because another claimer holds it ends its key here."""
-    expected: dict[tuple[str, str], int] = {}
-    kept = []
-    for seq, endpoint_id, key, offset in candidates:
-        if expected.get((endpoint_id, key), 1) == offset:
-            expected[(endpoint_id, key)] = offset + 1
-            kept.append(seq)
-        else:
-            expected[(endpoint_id, key)] = -1
-    return kept
+    candidates = fetch_rows(_CANDIDATES_SQL, {"per_key": per_key, "limit": max(1, limit)})
+    # A candidate skipped because another claimer holds it ends its key here.
+    prefixes = unbroken_prefixes(candidates, key=lambda row: row[1:3], offset=lambda row: row[3])
+    if not prefixes:
+        return []
+    lease = {"owner": owner, "lease_ms": lease_ms, "seqs": [row[0] for row in prefixes]}
+    return [Claim._make(row) for row in sorted(fetch_rows(_LEASE_SQL, lease))]
 
 
 def lock_endpoint(endpoint_id: str) -> WebhookEndpoint | None:

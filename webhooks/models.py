@@ -11,18 +11,19 @@ owns the lease and outcome columns after the insert.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.db import models
 from django.db.models.functions import Now
-from django.utils import timezone
 
-from outbox.models import OutboxState
+from agentrun.model_bases import (
+    RelayedDelivery,
+    TextIdModel,
+    Timestamped,
+    partial_index,
+)
 from runs.models import Event, Run
 
 
-class WebhookEndpoint(models.Model):
-    id = models.TextField(primary_key=True)
+class WebhookEndpoint(TextIdModel, Timestamped):
     tenant_id = models.TextField()
     url = models.TextField()
     # Event types (`agent_message`, …) or `["*"]` for every type.
@@ -37,18 +38,14 @@ class WebhookEndpoint(models.Model):
     disabled_reason = models.TextField(blank=True, default="")
     # When the current run of failed attempts began (NULL after a success).
     failing_since = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "agentrun_webhook_endpoints"
         verbose_name = "webhook endpoint"
         indexes = [
             # The append's match reads only a tenant's enabled endpoints.
-            models.Index(
-                fields=["tenant_id"],
-                condition=models.Q(enabled=True),
-                name="agentrun_whep_tenant_on_idx",
+            partial_index(
+                "tenant_id", where=models.Q(enabled=True), name="agentrun_whep_tenant_on_idx"
             ),
         ]
 
@@ -59,11 +56,7 @@ class WebhookEndpoint(models.Model):
         return "*" in self.event_types or event_type in self.event_types
 
 
-# A delivery's derived state is an outbox record's: the same lease and outcome columns.
-DeliveryState = OutboxState
-
-
-class WebhookDelivery(models.Model):
+class WebhookDelivery(RelayedDelivery):
     seq = models.BigAutoField(primary_key=True)
     endpoint = models.ForeignKey(
         WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
@@ -72,14 +65,9 @@ class WebhookDelivery(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
     event_type = models.TextField()
     partition_key = models.TextField(help_text="`<tenant>:<session or run id>`: the order key.")
-    attempt_count = models.IntegerField(default=0)
-    lease_owner = models.TextField(null=True, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    next_attempt_at = models.DateTimeField(db_default=Now())
     last_status_code = models.IntegerField(null=True, blank=True)
     last_response = models.TextField(blank=True, default="", help_text="Truncated body.")
     last_error = models.TextField(blank=True, default="")
-    delivered_at = models.DateTimeField(null=True, blank=True)
     replay_of = models.BigIntegerField(null=True, blank=True, help_text="A replay's original.")
     created_at = models.DateTimeField(db_default=Now())
 
@@ -89,9 +77,11 @@ class WebhookDelivery(models.Model):
         verbose_name_plural = "webhook deliveries"
         indexes = [
             # The relay's claim walks each key's undelivered deliveries in order.
-            models.Index(
-                fields=["endpoint", "partition_key", "seq"],
-                condition=models.Q(delivered_at__isnull=True),
+            partial_index(
+                "endpoint",
+                "partition_key",
+                "seq",
+                where=models.Q(delivered_at__isnull=True),
                 name="agentrun_whd_pending_key_idx",
             ),
             # An endpoint's delivery list and replay, newest first or from a cursor.
@@ -100,10 +90,3 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.seq} ({self.endpoint_id} {self.partition_key})"
-
-    def state_at(self, now: datetime) -> DeliveryState:
-        if self.delivered_at is not None:
-            return DeliveryState.DELIVERED
-        if self.lease_expires_at is not None and self.lease_expires_at > now:
-            return DeliveryState.LEASED
-        return DeliveryState.RETRYING if self.attempt_count > 0 else DeliveryState.PENDING

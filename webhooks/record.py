@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import connection, transaction
-
 from agentrun import conf
+from agentrun.commit_hooks import on_commit_once
 from agentrun.task_queues import TaskName
 from agentrun.wakeup import Waker
 from runs.models import Event
@@ -38,18 +37,9 @@ def record_webhook_deliveries_locked(events: Sequence[Event]) -> int:
         tenant_ids=[event.run.tenant_id for event in events],
         keys=[f"{event.run.tenant_id}:{event.run.session_id or event.run.id}" for event in events],
     )
-    if written:
-        _wake_relay_on_commit()
+    if written and conf.webhook_wake_on_commit():
+        on_commit_once(wake_webhook_relay)  # one per transaction, however many appends
     return written
-
-
-def _wake_relay_on_commit() -> None:
-    """One relay wake-up per transaction, however many appends it makes."""
-    if not conf.webhook_wake_on_commit():
-        return
-    if any(entry[1] is wake_webhook_relay for entry in connection.run_on_commit):
-        return
-    transaction.on_commit(wake_webhook_relay)
 
 
 _relay_waker = Waker(task=TaskName.WEBHOOK_RELAY_BATCH, enabled=conf.webhook_wake_on_commit)

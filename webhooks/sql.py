@@ -11,11 +11,11 @@ outcome.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from agentrun.leased_batches import settle_by_tokens
+from agentrun.raw_sql import fetch_rows, row_count
 
 # Matching endpoints per event, in event order (then endpoint id), so the identity values
 # follow the append's order within every (endpoint, key).
@@ -44,16 +44,8 @@ def insert_deliveries(
     keys: list[str],
 ) -> int:
     """Insert the deliveries of a batch of events; returns how many rows were written."""
-    params = {
-        "event_ids": event_ids,
-        "types": event_types,
-        "run_ids": run_ids,
-        "tenants": tenant_ids,
-        "keys": keys,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_SQL, params)
-        return int(cursor.rowcount)
+    arrays = {"event_ids": event_ids, "types": event_types, "run_ids": run_ids}
+    return row_count(_INSERT_SQL, {**arrays, "tenants": tenant_ids, "keys": keys})
 
 
 # A replay: new deliveries (same events, same webhook-id) of what the endpoint had matched
@@ -79,15 +71,9 @@ def insert_replay(
     *, endpoint_id: str, after_seq: int, after_time: datetime, limit: int
 ) -> list[int]:
     """Copy the endpoint's original deliveries after the cursor; the originals' seqs."""
-    params: dict[str, Any] = {
-        "endpoint_id": endpoint_id,
-        "after_seq": after_seq,
-        "after_time": after_time,
-        "limit": limit,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_REPLAY_SQL, params)
-        return sorted(int(row[0]) for row in cursor.fetchall())
+    cursor_at = {"after_seq": after_seq, "after_time": after_time}
+    rows = fetch_rows(_REPLAY_SQL, {"endpoint_id": endpoint_id, **cursor_at, "limit": limit})
+    return sorted(int(row[0]) for row in rows)
 
 
 # The settle of a batch: each claim fenced by its lease owner and a live lease; `outcome`
@@ -119,8 +105,4 @@ RETURNING d.seq, t.outcome
 
 def settle_deliveries(tokens: list[dict[str, Any]]) -> dict[int, str]:
     """Record a batch's outcomes; returns seq → outcome for the claims whose token held."""
-    if not tokens:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(_SETTLE_SQL, {"tokens": json.dumps(tokens)})
-        return {int(seq): str(outcome) for seq, outcome in cursor.fetchall()}
+    return {int(seq): str(outcome) for seq, outcome in settle_by_tokens(_SETTLE_SQL, tokens)}

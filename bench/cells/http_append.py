@@ -10,13 +10,20 @@ Reference (a limit): the service call itself, `append_runner_events`, from 8 thr
 8 connections (cell 1's agentrun side). The ratio is what HTTP, auth, the tenant-scoped
 run lookup, DRF parsing/validation and serialization cost on top of the service.
 Latencies are per request (client side) and per call; p50/p99 are printed for both.
+
+The server pools its database connections (`AGENTRUN_DB_POOL_ENABLED=1`), as the deployed
+ASGI server does (agentrun/asgi.py): unpooled, Django closed the connection at every
+request's end (`conn_max_age=0`), and each append paid a new PostgreSQL backend, which the
+deployed server never does. Until issue 18's rerun the cell measured that connect.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from agentrun.auth import issue_api_key
@@ -75,6 +82,20 @@ def http_sample(server: Gunicorn, *, batch: int, seconds: float) -> Callable[[],
     return run
 
 
+@contextmanager
+def pooled_server() -> Iterator[None]:
+    """The server processes started in the block pool their connections (module doc)."""
+    before = os.environ.get("AGENTRUN_DB_POOL_ENABLED")
+    os.environ["AGENTRUN_DB_POOL_ENABLED"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("AGENTRUN_DB_POOL_ENABLED")
+        else:
+            os.environ["AGENTRUN_DB_POOL_ENABLED"] = before
+
+
 def _now() -> float:
     import time
 
@@ -84,8 +105,12 @@ def _now() -> float:
 def run(scale: Scale) -> CellReport:
     report = CellReport()
     seconds = scale.pick(0.8, 4.0)
-    params = {"gunicorn": f"{WORKERS}x{THREADS} gthread", "clients": CLIENTS, "runs": RUNS}
-    with gunicorn(workers=WORKERS, threads=THREADS) as server:
+    params = {
+        "gunicorn": f"{WORKERS}x{THREADS} gthread, pooled",
+        "clients": CLIENTS,
+        "runs": RUNS,
+    }
+    with pooled_server(), gunicorn(workers=WORKERS, threads=THREADS) as server:
         for batch in (1, 100):
             figure = Figure(
                 f"2.http.batch{batch}",

@@ -12,7 +12,7 @@ in SQL (new ids, keys, `outbox_seq` and per-key `seq`), so the relay sees rows e
 Rates (n = 50,000; 2,000 under --quick), per repetition in this order, three repetitions:
 - agentrun: 1 and 3 processes, each running `outbox.services.relay.run_relay_loop` (what
   `relay_outbox --loop` runs) with the deployment's defaults (batch
-  `AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE` = 500: claim the due prefix per key, produce, fenced
+  `AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE` = 1,000: claim the due prefix per key, produce, fenced
   settle; the next batch is claimed and produced while one is settled, on a second thread
   and database connection) until the outbox is drained;
 - the limit: raw confluent-kafka producing the same messages with the same producer
@@ -23,8 +23,9 @@ Rates (n = 50,000; 2,000 under --quick), per repetition in this order, three rep
   connection each).
 After each sample a consumer reads the whole topic back: per key, `outbox_seq` must only
 grow (order violations otherwise), every record must be there (lost), and repeats of an
-event id are duplicates (allowed by at-least-once, but counted). Goals (issue 9):
->= 0.25x the producer limit, >= 0.8x the naive relay, 0 order violations, 0 gaps.
+event id are duplicates (allowed by at-least-once, but counted). Goals: >= 0.35x the
+producer limit (issue 18; it was 0.25x, issue 9), >= 0.8x the naive relay, 0 order
+violations, 0 gaps. `--profile` adds a py-spy profile of one relay worker draining.
 
 Fault run (agentrun only; n records, 3 processes, lease 30 s; quick: 3,000, 2 processes,
 lease 10 s): a consumer reads the topic from the start for the whole run. Once 10 % is
@@ -63,6 +64,7 @@ from bench.harness import (
     format_line,
     ratio_of,
 )
+from bench.profiling import print_summary, profiled
 from runs.services.event_log import NewEvent, append_runner_events
 
 KEYS = 500
@@ -362,6 +364,33 @@ def rate_figures(
     return outcomes
 
 
+def profile_relay(scale: Scale, template: tuple[str, str, str], broker: Any) -> dict[str, Any]:
+    """py-spy one relay worker process (its claim and send thread, and its settle thread)
+    while it drains a backlog large enough to outlast the sampling."""
+    seconds = scale.pick(4, 8)
+    topic = f"bench.profile.{int(time.time())}"
+    create_topic(broker.bootstrap_servers, topic)
+    seed_records(template, scale.pick(15_000, 40_000), topic)
+    with outbox_env(broker.bootstrap_servers, topic):
+        pool = queues.Pool("relay", processes=1, slots=1, batch=500, idle=1.0)
+        try:
+            summary = _sampled_draining(pool, seconds)
+        finally:
+            pool.kill()
+    delete_topic(broker.bootstrap_servers, topic)
+    print_summary(summary)
+    return summary
+
+
+def _sampled_draining(pool: queues.Pool, seconds: float) -> dict[str, Any]:
+    """The profile of the pool's one worker over its first `seconds` of draining."""
+    with profiled("relay-worker", seconds=seconds, focus="", pid=pool.pids[0]) as summary:
+        pool.go()
+        time.sleep(seconds + 0.5)  # py-spy stops on its own after `seconds`
+    pool.collect()
+    return summary
+
+
 # --- the fault run -----------------------------------------------------------------------
 
 
@@ -481,6 +510,8 @@ def run(scale: Scale) -> CellReport:
     try:
         template = template_record(broker.bootstrap_servers)
         report.outcomes += rate_figures(p, template, broker, scale.heavy_reps)
+        if scale.profile:
+            report.data["profile"] = profile_relay(scale, template, broker)
     finally:
         broker.stop()
     broker = start_broker()  # a fresh one: the fault run freezes it

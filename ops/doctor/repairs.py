@@ -27,7 +27,7 @@ from queues.wakeup import wake_scheduler
 from runs.locks import lock_command, lock_run
 from runs.models import LEASED_RUN_STATUSES, FailureKind, Lease, Run, RunStatus
 from runs.phases import Phase
-from runs.services.reaper import fail_run_locked
+from runs.services.reaper import InfraFailure, fail_run_locked
 from runs.services.terminal import release_claim_locked
 from sessions.locks import lock_session
 from sessions.models import Session
@@ -95,7 +95,8 @@ def restore_run_lease(*, run_id: str) -> str:
                 updated_at=timezone.now(),
             )
             return f"lease restored from the claim of {run.claimed_by} (epoch {run.lease_epoch})"
-        fail_run_locked(run, reason="claimed with no runner and no lease", phase=Phase.CLAIM_LOST)
+        failure = InfraFailure(phase=Phase.CLAIM_LOST, reason="claimed with no runner and no lease")
+        fail_run_locked(run, failure)
     return "failed as infra-failed: no runner held its claim"
 
 

@@ -25,7 +25,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from itertools import groupby
 
 from confluent_kafka import Producer
@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from agentrun import conf
 from agentrun.backoff import backoff_ms
+from agentrun.leased_batches import BatchCounts
 from agentrun.leases import lease_owner
 from agentrun.metrics import count_relay
 from agentrun.redaction import redact_json
@@ -62,17 +63,11 @@ Outcome = tuple[ClaimedRecord, DeliveryFailure | None]
 
 
 @dataclass(frozen=True)
-class RelayResult:
-    claimed: int = 0
-    delivered: int = 0
+class RelayResult(BatchCounts):
+    """A batch's counts (`agentrun.leased_batches.BatchCounts`), plus the records sent back
+    to retry."""
+
     retried: int = 0
-    refused: int = 0
-
-    def __add__(self, other: RelayResult) -> RelayResult:
-        return RelayResult(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 def relay_outbox_batch(*, limit: int | None = None, owner: str | None = None) -> RelayResult:
@@ -101,7 +96,12 @@ def _claim(*, limit: int | None = None, owner: str | None = None) -> list[Claime
 
 def _settled(claims: list[ClaimedRecord], outcomes: list[DeliveryFailure | None]) -> RelayResult:
     settled = settle_outbox_records(claims=claims, outcomes=outcomes)
-    result = RelayResult(len(claims), settled.delivered, settled.retried, settled.refused)
+    result = RelayResult(
+        claimed=len(claims),
+        delivered=settled.delivered,
+        refused=settled.refused,
+        retried=settled.retried,
+    )
     count_relay(result.as_dict())  # the settle has committed
     return result
 

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentrun.errors import AgentRunError, conflict
+from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from dispatch import intents
@@ -30,7 +30,7 @@ from runs.services.event_log import (
     fence_runner_write,
 )
 from runs.services.refusals import record_losing_report_locked, refuse_if_terminal
-from runs.services.terminal import TurnResult, record_thread_locked
+from runs.services.terminal import TurnResult, fence_finish_report, record_thread_locked
 from sessions import projection
 
 if TYPE_CHECKING:
@@ -191,8 +191,13 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
     Locks: the run row, then the command. Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
-        run, command, refusal = _lock_for_runner_write(
-            command_id, runner_id=runner_id, lease_epoch=lease_epoch, source="command-ack"
+        run, command = _lock_command_and_run(command_id)
+        refusal = fence_runner_write(
+            run,
+            runner_id=runner_id,
+            lease_epoch=lease_epoch,
+            source="command-ack",
+            command_id=command_id,
         )
         if refusal is None and command.state == CommandState.PENDING:
             now = timezone.now()
@@ -209,22 +214,11 @@ def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command
     return command
 
 
-def _lock_for_runner_write(
-    command_id: str, *, runner_id: str, lease_epoch: int, source: str, **refused: Any
-) -> tuple[Run, Command, AgentRunError | None]:
-    """A runner's report on a command: the run row, then the command, locked, and the
-    fence's refusal (recorded as an event, raised by the caller after the commit) or None."""
+def _lock_command_and_run(command_id: str) -> tuple[Run, Command]:
+    """A runner's report on a command: the run row, then the command, locked (the fence's
+    refusal is recorded as an event and raised by the caller after the commit)."""
     run = lock_run_of_command(command_id)
-    command = lock_command(command_id, run=run)
-    refusal = fence_runner_write(
-        run,
-        runner_id=runner_id,
-        lease_epoch=lease_epoch,
-        source=source,
-        command_id=command_id,
-        **refused,
-    )
-    return run, command, refusal
+    return run, lock_command(command_id, run=run)
 
 
 def finish_command(
@@ -237,12 +231,9 @@ def finish_command(
     Errors: 404; 409 `stale_lease`.
     """
     with transaction.atomic(durable=True):
-        run, command, refusal = _lock_for_runner_write(
-            command_id,
-            runner_id=runner_id,
-            lease_epoch=lease_epoch,
-            source="command-status",
-            refused=result.as_payload(),
+        run, command = _lock_command_and_run(command_id)
+        refusal = fence_finish_report(
+            run, runner_id, lease_epoch, result, source="command-status", command_id=command_id
         )
         if refusal is None and command.is_terminal:
             intents.fence_open_intents_locked(

@@ -168,29 +168,34 @@ def _store(per_run: list[list[Event]]) -> None:
     # A session records the last seq of the run appended to it last (dict order).
     session_runs = {rows[0].run.session_id: rows[0].run_id for rows in per_run}
     session_runs.pop(None, None)
-    base = insert_events(
+    inserted = insert_events(
         rows=[
             EventRow(event.id, event.run_id, event.seq, event.type, event.payload)
             for rows in per_run
             for event in rows
         ],
         session_runs=session_runs,  # type: ignore[arg-type]
+        tenants=[rows[0].run.tenant_id for rows in per_run],
         now=per_run[0][0].created_at,
     )
     for rows in per_run:
-        last = base[rows[0].run_id]
+        last = inserted.last_seqs[rows[0].run_id]
         for event in rows:
             event.seq += last
             event._state.adding, event._state.db = False, connection.alias  # as bulk_create
+    outboxed: list[str] = []  # the partition keys that got records
     for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
-        record_outbox_locked(run=rows[0].run, events=rows)  # a no-op when the outbox is off
+        if record_outbox_locked(run=rows[0].run, events=rows):  # nothing when it is off
+            outboxed.append(partition_key_for(rows[0].run))
     # Webhook deliveries: one INSERT … SELECT over the tenants' matching endpoints, after the
     # session rows are held (their locks order a session's deliveries; webhooks.models).
-    record_webhook_deliveries_locked([event for rows in per_run for event in rows])
+    # Skipped when the event statement found no endpoint that could match (`runs.sql`).
+    if inserted.endpoints_may_match:
+        record_webhook_deliveries_locked([event for rows in per_run for event in rows])
     if NOTIFY_ON_APPEND:
         last_seqs = {rows[0].run_id: rows[-1].seq for rows in per_run}
         sessions = {rows[0].run_id: rows[0].run.session_id or "" for rows in per_run}
-        transaction.on_commit(lambda: _notify_safely(last_seqs, sessions))
+        transaction.on_commit(lambda: _notify_safely(last_seqs, sessions, outboxed))
     count_events_on_commit(event.type for rows in per_run for event in rows)
 
 
@@ -199,11 +204,13 @@ def _store(per_run: list[list[Event]]) -> None:
 NOTIFY_ON_APPEND = True
 
 
-def _notify_safely(last_seqs: dict[str, int], sessions: dict[str, str]) -> None:
+def _notify_safely(
+    last_seqs: dict[str, int], sessions: dict[str, str], outbox_keys: list[str]
+) -> None:
     """After commit (`runs.sql.notify_runs_changed` says why not before). A failure is
     logged, not raised: the events are committed, and a waiter re-reads at its timeout."""
     try:
-        notify_runs_changed(last_seqs, sessions=sessions)
+        notify_runs_changed(last_seqs, sessions=sessions, outbox_keys=outbox_keys)
     except DatabaseError as error:
         log.warning("run-change notification not sent: %s", error)
 

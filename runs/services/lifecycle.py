@@ -41,6 +41,7 @@ from runs.services.refusals import record_losing_report_locked, refuse_if_termin
 from runs.services.terminal import (
     TurnResult,
     close_open_commands_locked,
+    fence_finish_report,
     record_thread_locked,
     release_claim_locked,
     terminalize_run_locked,
@@ -261,13 +262,7 @@ def finish_run(*, run_id: str, runner_id: str, lease_epoch: int, result: TurnRes
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
         commands = lock_run_commands(run)
-        refusal = fence_runner_write(
-            run,
-            runner_id=runner_id,
-            lease_epoch=lease_epoch,
-            source="run-status",
-            refused=result.as_payload(),
-        )
+        refusal = fence_finish_report(run, runner_id, lease_epoch, result, source="run-status")
         if refusal is None and run.is_terminal:
             release_claim_locked(run)
             intents.fence_open_intents_locked(run=run, reason="run is terminal")

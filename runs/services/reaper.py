@@ -16,7 +16,7 @@ dispatch intents, appends `terminal_status` and projects the run onto its sessio
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -80,14 +80,12 @@ def _reap_one(run_id: str, cutoff: datetime) -> bool:
             f"runner {run.claimed_by} stopped heartbeating: its lease expired at "
             f"{expired_at.isoformat()}"
         )
-        fail_run_locked(
-            run,
-            reason=reason,
-            phase=Phase.LEASE_EXPIRED,
-            runner_id=run.claimed_by,
-            lease_epoch=run.lease_epoch,
-            lease_expires_at=expired_at.isoformat(),
-        )
+        facts = {
+            "runner_id": run.claimed_by,
+            "lease_epoch": run.lease_epoch,
+            "lease_expires_at": expired_at.isoformat(),
+        }
+        fail_run_locked(run, InfraFailure(phase=Phase.LEASE_EXPIRED, reason=reason, facts=facts))
     return True
 
 
@@ -105,31 +103,43 @@ def terminalize_abandoned_run(*, run_id: str, reason: str, **facts: Any) -> bool
             return False
         if run.claimed_by is not None and not run.lease_expired(timezone.now()):
             return False
-        fail_run_locked(run, reason=reason, phase=Phase.RUNNER_GONE, retention_fence=True, **facts)
+        facts = {"retention_fence": True, **facts}
+        fail_run_locked(run, InfraFailure(phase=Phase.RUNNER_GONE, reason=reason, facts=facts))
     return True
+
+
+@dataclass(frozen=True)
+class InfraFailure:
+    """Why the server fails a live run `infra-failed` (its lease lapsed, its runner job is
+    gone, a new turn replaced it, a doctor repair): the phase and message of its
+    `backend_status` event and the `facts` that event carries; `code` is the
+    machine-readable `reason` of its command and run terminal events (the phase by default).
+    """
+
+    phase: Phase
+    reason: str
+    code: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 def fail_run_locked(
     run: Run,
+    failure: InfraFailure,
     *,
-    reason: str,
-    phase: Phase,
     session: Session | None = None,
     events: PendingEvents | None = None,
-    code: str | None = None,
-    **facts: Any,
 ) -> None:
     """Fail a locked, live run as `infra-failed` with its open commands. Needs the run
     lock; takes the command locks. `session`: the run's session row when the caller has
-    locked it; `events`: the caller's pending events (else they are appended here);
-    `code`: the machine-readable `reason` of the command and run terminal events (the
-    phase by default)."""
-    code = code or str(phase)
+    locked it; `events`: the caller's pending events (else they are appended here)."""
+    code, reason = failure.code or str(failure.phase), failure.reason
     commands = lock_run_commands(run)
     kind = FailureKind.INFRA_FAILED
     with collecting(events) as events:
         events.add(
-            run, "backend_status", {"phase": phase, "reason": reason, "failure_kind": kind, **facts}
+            run,
+            "backend_status",
+            {"phase": failure.phase, "reason": reason, "failure_kind": kind, **failure.facts},
         )
         close_open_commands_locked(
             run,

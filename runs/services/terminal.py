@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from agentrun.auth import revoke_run_keys_locked
+from agentrun.errors import AgentRunError
 from agentrun.redaction import redact_text
 from dispatch import intents
 from queues import projection as queue_projection
 from runs.models import RUN_OUTCOME_FIELDS, Command, CommandState, Lease, Run, RunStatus
 from runs.phases import Phase
 from runs.services.approvals import resolve_pending_approvals_locked
-from runs.services.event_log import PendingEvents, collecting
+from runs.services.event_log import PendingEvents, collecting, fence_runner_write
 from sessions import projection
 
 if TYPE_CHECKING:
@@ -49,6 +50,22 @@ class TurnResult:
             "thread_id": self.thread_id,
             "turn_id": self.turn_id,
         }
+
+
+def fence_finish_report(
+    run: Run, runner_id: str, lease_epoch: int, result: TurnResult, *, source: str, **ids: Any
+) -> AgentRunError | None:
+    """Check a runner's terminal report (of its run or of a command) against the live claim:
+    None when it may proceed, else the 409 to raise after the commit, the refusal recorded
+    with the result it carried. Needs the run lock."""
+    return fence_runner_write(
+        run,
+        runner_id=runner_id,
+        lease_epoch=lease_epoch,
+        source=source,
+        **ids,
+        refused=result.as_payload(),
+    )
 
 
 def close_open_commands_locked(
@@ -116,14 +133,7 @@ def terminalize_run_locked(
         events.add(
             run,
             "terminal_status",
-            {
-                "terminal_status": result.terminal_status,
-                "failure_kind": result.failure_kind,
-                "message": result.failure_message,
-                "thread_id": result.thread_id,
-                "turn_id": result.turn_id,
-                **(detail or {}),
-            },
+            {**result.as_payload(), **(detail or {})},
         )
     queue_projection.on_run_terminal_locked(run)  # run → task lock order: the task comes last
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from runs.models import Command, Run
 from runs.phases import Phase
 from runs.services.event_log import PendingEvents
-from runs.services.reaper import fail_run_locked
+from runs.services.reaper import InfraFailure, fail_run_locked
 from sessions.models import Session
 
 MESSAGE = "session turn admission replaced a stale runner lease"
@@ -28,14 +28,12 @@ def terminalize_stale_turn_locked(
 ) -> None:
     """Fail the stale run and its open commands `infra-failed`, its events collected in the
     admission's pending `events`. Needs the run lock and the (locked) `session` row."""
-    fail_run_locked(
-        run,
-        reason=MESSAGE,
-        phase=Phase.SESSION_TURN_ADMISSION_STALE_TERMINALIZED,
-        code=REASON,
-        session=session,
-        events=events,
-        command_id=command.id,
-        claimed_by=run.claimed_by,
-        lease_expires_at=run.lease_expires_at.isoformat() if run.lease_expires_at else None,
-    )
+    expires_at = run.lease_expires_at
+    facts = {
+        "command_id": command.id,
+        "claimed_by": run.claimed_by,
+        "lease_expires_at": expires_at.isoformat() if expires_at else None,
+    }
+    phase = Phase.SESSION_TURN_ADMISSION_STALE_TERMINALIZED
+    failure = InfraFailure(phase=phase, reason=MESSAGE, code=REASON, facts=facts)
+    fail_run_locked(run, failure, session=session, events=events)

@@ -10,12 +10,12 @@ COMMIT; the outbox is off. With one append per event these were 41 (the run canc
 Ending a run costs one UPDATE more since issue 16: it revokes the run's runner keys.
 Since issue 18 the append is one statement (`runs.sql.insert_events`: seq read, INSERT,
 session UPDATE) and the NOTIFY, sent after COMMIT; a session version is one statement.
-Since issue 21 each append makes one webhook-delivery INSERT … SELECT (it writes nothing
-when the tenant has no endpoint).
+Issue 21's webhook-delivery INSERT … SELECT is made only when the event statement found
+an endpoint that could match; these tenants have none, so it is not counted.
 Since issue 18 item 4 the end of a session's run reads its queue task and the session's
 queued turns in one query (`queues.selectors.task_and_queued_turns_of`), and a session
-write draws its version in its own UPDATE (`sessions.sql`): run finish 22 → 19 (two
-versioned session writes), command finish 17 → 15, reaper 18 → 16.
+write draws its version in its own UPDATE (`sessions.sql`): run finish 21 → 18 (two
+versioned session writes), command finish 16 → 14, reaper 17 → 15.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_a_run_cancel_with_a_live_runner_and_two_open_commands() -> None:
     # the run and its commands locked, the request (once), the run's cancel fields, per
     # command its row and its intents, the terminal status (run, lease, intents), and one
     # append of eight events
-    assert len(sqls) == 17, sqls
+    assert len(sqls) == 16, sqls
     assert appended_once(sqls)
     assert sum(sql.startswith('UPDATE "agentrun_cancel_requests"') for sql in sqls) == 0
     assert events_of(run) == list(range(1, before + 9))
@@ -82,7 +82,7 @@ def test_a_command_cancel() -> None:
     run = make_claimed_run()
     command = create_command(run_id=run.id, type="turn", payload={"text": "hi"}).command
     sqls = statements(lambda: cancel_command(command_id=command.id, reason="stop"))
-    assert len(sqls) == 11, sqls
+    assert len(sqls) == 10, sqls
     assert appended_once(sqls)
 
 
@@ -96,7 +96,7 @@ def test_a_run_finish_that_records_the_thread_and_closes_an_open_command() -> No
             run_id=run.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
         )
     )
-    assert len(sqls) == 19, sqls
+    assert len(sqls) == 18, sqls
     assert appended_once(sqls)
 
 
@@ -110,7 +110,7 @@ def test_a_command_finish_that_records_the_thread() -> None:
             command_id=command.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
         )
     )
-    assert len(sqls) == 15, sqls
+    assert len(sqls) == 14, sqls
     assert appended_once(sqls)
 
 
@@ -119,5 +119,5 @@ def test_the_reaper_fails_a_run_in_one_append() -> None:
     create_command(run_id=run.id, type="turn", payload={"text": "hi"})
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     sqls = statements(lambda: reap_expired_leases(limit=10, grace_ms=0))
-    assert len(sqls) == 16, sqls
+    assert len(sqls) == 15, sqls
     assert appended_once(sqls)

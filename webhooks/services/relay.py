@@ -24,7 +24,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
 from itertools import groupby
 
@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from agentrun import conf
 from agentrun.backoff import backoff_ms
+from agentrun.leased_batches import BatchCounts
 from agentrun.leases import lease_owner
 from outbox.cloudevents import cloud_event
 from runs.models import Event
@@ -47,17 +48,14 @@ PER_KEY = 20  # deliveries of one key per batch: sent one after the other
 
 
 @dataclass(frozen=True)
-class WebhookRelayResult:
-    claimed: int = 0
-    delivered: int = 0
+class WebhookRelayResult(BatchCounts):
+    """A batch's counts (`agentrun.leased_batches.BatchCounts`), plus its failed attempts,
+    the deliveries released unattempted behind a failed head, and endpoints disabled."""
+
     failed: int = 0
     released: int = 0
-    refused: int = 0
     disabled: int = 0
     more: bool = False  # a full batch, or a key with more due behind its claimed prefix
-
-    def as_dict(self) -> dict[str, int | bool]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from django.db.models import Case, F, OuterRef, Subquery, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
+from agentrun.auth import IssuedKey, KeyRequest, issue_api_keys
 from agentrun.errors import AgentRunError, not_found
 from dispatch.intents import fence_open_intents_locked
 from dispatch.launchers.base import Launched
@@ -123,6 +124,34 @@ def claim_intents(*, owner: str, lease_ms: int, limit: int) -> list[IntentClaim]
     with transaction.atomic(durable=True):
         rows = claim_due_intents(owner=owner, lease_ms=lease_ms, limit=max(1, min(limit, 500)))
     return [IntentClaim.from_row(row) for row in rows]
+
+
+def claim_intents_with_keys(
+    *, owner: str, lease_ms: int, limit: int
+) -> list[tuple[IntentClaim, IssuedKey]]:
+    """`claim_intents`, plus each claim's run-scoped runner key issued in the same
+    transaction (one INSERT for the batch). Why together: a launch needs both committed,
+    and each commit is a WAL flush on the pickup path (bench cell 4 measured two commits
+    before the first launch); a key whose launch does not happen is revoked by the
+    dispatcher, as one whose launch fails always was."""
+    with transaction.atomic(durable=True):
+        claims = [
+            IntentClaim.from_row(row)
+            for row in claim_due_intents(
+                owner=owner, lease_ms=lease_ms, limit=max(1, min(limit, 500))
+            )
+        ]
+        keys = issue_api_keys(requests=[_runner_key_request(claim) for claim in claims])
+    return list(zip(claims, keys, strict=True))
+
+
+def _runner_key_request(claim: IntentClaim) -> KeyRequest:
+    return KeyRequest(
+        tenant_id=claim.tenant_id,
+        role="runner",
+        run_id=claim.run_id,
+        name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
+    )
 
 
 def lock_claim_locked(claim: IntentClaim) -> LockedClaim:

@@ -22,7 +22,7 @@ completion of this plan has committed; the clause keeps the write idempotent reg
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -68,24 +68,22 @@ class DispatchedJob:
     intent_id: str
     id: str  # the intent's planned runner job id, also the job's idempotency key
     run_id: str
-    command_id: str
     payload_hash: str
-    attempt_id: str
-    runner_id: str
-    namespace: str
-    job_name: str
-    manager_url: str
-    image: str
-    source_commit: str
-    service_account_name: str | None
     result: dict[str, Any]
     outcome: str | None
+    # The job's other columns, named as they are (`runs.services.runners.RunnerJobSpec`):
+    # command_id, attempt_id, runner_id, namespace, job_name, manager_url, image, ...
+    columns: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        fields = {name: value for name, value in vars(self).items() if name != "columns"}
+        return {**self.columns, **fields}
 
 
 def record_dispatched_locked(jobs: list[DispatchedJob], *, now: datetime) -> None:
     """Save the jobs and mark their intents dispatched, in one statement. Needs the
     caller's transaction and the claim locks of every intent (run, command, intent)."""
     assert connection.in_atomic_block, "record_dispatched_locked needs an open transaction"
-    rows = json.dumps([asdict(job) for job in jobs])
+    rows = json.dumps([job.row() for job in jobs])
     with connection.cursor() as cursor:
         cursor.execute(_RECORD_DISPATCHED_SQL, {"rows": rows, "now": now})

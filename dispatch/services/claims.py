@@ -261,7 +261,7 @@ def _complete_locked(live: list[tuple[Completion, LockedClaim]]) -> list[RunnerD
         intent.state = IntentState.DISPATCHED
         intent.dispatch_outcome = job.outcome
         intent.actual_runner_job_id = job.id
-        intent.active_runner_id = job.runner_id
+        intent.active_runner_id = job.columns["runner_id"]
         intent.lease_owner = intent.lease_expires_at = intent.last_error = None
         intent.dispatched_at = intent.updated_at = now
         entry = events.setdefault(locked.run.id, RunEvents(locked.run, []))
@@ -308,7 +308,7 @@ def _dispatched_job(claim: IntentClaim, launched: Launched) -> DispatchedJob:
         payload_hash=spec.payload_hash(),
         result=redact_json(result),
         outcome=launched.outcome,
-        **{k: v for k, v in vars(spec).items() if k != "result"},
+        columns={name: value for name, value in vars(spec).items() if name != "result"},
     )
 
 

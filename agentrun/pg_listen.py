@@ -1,24 +1,31 @@
-"""A worker's wake-up by PostgreSQL: one `LISTEN` connection and a thread that drains.
+"""A worker's wake-up by PostgreSQL: one `LISTEN` connection, one drain thread per channel.
 
-A commit that makes work due (a dispatch intent) sends `NOTIFY <channel>` (a trigger of
-the table, so no service pays a statement for it); PostgreSQL delivers it at commit, to
-every listening worker. The listener thread then calls `drain` in-process, which claims
-and works batches until one comes back short, so the broker is not on the pickup path.
+A commit that makes work due sends `NOTIFY <channel>`: a dispatch intent's (a trigger of
+the table, so no service pays a statement for it), an event append's run change (sent
+after its commit, `runs.sql`; with the outbox on, every append wrote outbox records).
+PostgreSQL delivers it to every listening worker. The listener thread hands each
+notification to its channel's drain thread, which calls `drain` in-process: it claims and
+works batches until one comes back short, so the broker is not on the pickup path. A
+drain thread per channel, so a relay batch producing to Kafka never delays a dispatch
+pickup, and one drain answers every notification that came while it ran.
+
 Claims are `SKIP LOCKED`, so several listening workers (and the Celery tasks of workers
 that do not listen) share a burst without waiting for each other. A notification is only
 an optimisation, like the on-commit Celery wake-up: one lost while the connection was
 down is made up for by a drain after every (re)connection, and the beat stays the safety
-net. `drain` runs on this thread's own Django connection, closed when it is unusable.
+net. Each drain runs on its thread's own Django connection, closed when it is unusable.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from celery import signals
 from django.db import close_old_connections, connection
 
 log = logging.getLogger("agentrun.listen")
@@ -34,45 +41,35 @@ def listener_params(application_name: str) -> dict[str, Any]:
     return {**params, "application_name": application_name, "autocommit": True}
 
 
-class ChannelListener:
-    """`LISTEN channel` on a thread of its own; `drain()` after each wake-up."""
+class _Drainer:
+    """One channel's drain, on a thread of its own, run once per wake-up (wake-ups that
+    come while it runs are folded into one more run)."""
 
     def __init__(self, *, channel: str, drain: Callable[[], None], name: str) -> None:
-        assert channel.isidentifier(), "a channel is an identifier (it is not quoted)"
         self.channel, self.name, self._drain = channel, name, drain
-        self._params = listener_params(name)
+        self._wanted = threading.Event()
         self._stopped = threading.Event()
-        self.listening = threading.Event()  # set while the LISTEN holds (tests wait on it)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        self._wanted.set()
+
     def stop(self) -> None:
-        """End the thread after its current drain (a worker's shutdown)."""
         self._stopped.set()
+        self._wanted.set()
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._listen()
-            except psycopg.Error as error:
-                log.warning("%s lost its connection: %s", self.name, error)
-            self.listening.clear()
-            self._stopped.wait(RECONNECT_S)
+        while True:
+            self._wanted.wait()
+            if self._stopped.is_set():
+                break
+            self._wanted.clear()
+            self._drain_safely()
         close_old_connections()
-
-    def _listen(self) -> None:
-        with psycopg.connect(**self._params) as listener:
-            listener.execute(f"LISTEN {self.channel}")
-            self.listening.set()
-            self._drain_safely()  # anything committed while (re)connecting
-            while not self._stopped.is_set():
-                woken = list(listener.notifies(timeout=IDLE_WAIT_S, stop_after=1))
-                if woken:
-                    list(listener.notifies(timeout=0))  # one drain answers them all
-                    self._drain_safely()
 
     def _drain_safely(self) -> None:
         try:
@@ -82,3 +79,107 @@ class ChannelListener:
             connection.close()
         finally:
             close_old_connections()
+
+
+class ChannelListener:
+    """`LISTEN` each channel on one connection of its own; its `drain()` after each
+    wake-up, on the channel's drain thread."""
+
+    def __init__(self, *, drains: Mapping[str, Callable[[], None]], name: str) -> None:
+        assert drains and all(channel.isidentifier() for channel in drains), (
+            "a channel is an identifier (it is not quoted)"
+        )
+        self.name = name
+        self._drainers = {
+            channel: _Drainer(channel=channel, drain=drain, name=f"{name}-{channel}")
+            for channel, drain in drains.items()
+        }
+        self._params = listener_params(name)
+        self._stopped = threading.Event()
+        self.listening = threading.Event()  # set while the LISTEN holds (tests wait on it)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        for drainer in self._drainers.values():
+            drainer.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the threads after their current drains (a worker's shutdown)."""
+        self._stopped.set()
+        self._thread.join(timeout=10)
+        for drainer in self._drainers.values():
+            drainer.stop()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._listen()
+            except psycopg.Error as error:
+                log.warning("%s lost its connection: %s", self.name, error)
+            self.listening.clear()
+            self._stopped.wait(RECONNECT_S)
+
+    def _listen(self) -> None:
+        with psycopg.connect(**self._params) as listener:
+            for channel in self._drainers:
+                listener.execute(f"LISTEN {channel}")
+            self.listening.set()
+            for drainer in self._drainers.values():
+                drainer.wake()  # anything committed while (re)connecting
+            while not self._stopped.is_set():
+                for notify in listener.notifies(timeout=IDLE_WAIT_S, stop_after=1):
+                    self._drainers[notify.channel].wake()
+                for notify in listener.notifies(timeout=0):  # the rest of a burst
+                    self._drainers[notify.channel].wake()
+
+
+@dataclass(frozen=True)
+class WorkerDrain:
+    """What an app asks of a Celery worker's listener: on `channel`, call `drain`, in
+    workers that consume `queue` (`-Q`), while `enabled()` says so at the worker's start.
+    `name` is for the worker's log (`<name> listener started`)."""
+
+    name: str
+    channel: str
+    drain: Callable[[], None]
+    queue: str
+    enabled: Callable[[], bool]
+
+
+_drains: list[WorkerDrain] = []
+_listener: ChannelListener | None = None
+
+
+def register_worker_drain(drain: WorkerDrain) -> None:
+    """Register an app's drain (from its `AppConfig.ready`); the first one connects the
+    worker signals. The apps register; this module imports none of them."""
+    if not _drains:
+        signals.worker_ready.connect(_on_worker_ready, weak=False)
+        signals.worker_shutdown.connect(_on_worker_shutdown, weak=False)
+    _drains.append(drain)
+
+
+def _consumed_queues(consumer: Any) -> set[str]:
+    queues = getattr(getattr(consumer, "task_consumer", None), "queues", None) or []
+    return {queue.name for queue in queues}
+
+
+def _on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
+    global _listener
+    consumed = _consumed_queues(sender)
+    wanted = [d for d in _drains if d.queue in consumed and d.enabled()]
+    if _listener is not None or not wanted:
+        return
+    drains = {d.channel: d.drain for d in wanted}
+    _listener = ChannelListener(drains=drains, name="agentrun-worker-listener")
+    _listener.start()
+    for d in wanted:
+        log.info("%s listener started", d.name, extra={"channel": d.channel})
+
+
+def _on_worker_shutdown(**kwargs: Any) -> None:
+    global _listener
+    if _listener is not None:
+        _listener.stop()
+        _listener = None

@@ -74,18 +74,21 @@ def drain_sample(
 def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample]:
     """The same drain through Celery (`bench.celery_workers`): 2 worker processes x N
     threads running the deployed `dispatch.dispatch_batch` task, which queues a follow-up
-    while its batches come back full. Started by 2 x N task messages; the rate runs from
-    sending them to the last intent's `dispatched_at`."""
+    while its batches come back full, and each worker's LISTEN drain (`dispatch.listener`),
+    woken by the seed's commit. The backlog is committed once the workers are up (seeded
+    before, the listeners drained it at their start, before the clock ran); then 2 x N task
+    messages are sent, and the rate runs from the seed's commit to the last intent's
+    `dispatched_at`."""
 
     def run() -> Sample:
         queues.clear_queues()
-        ids = queues.seed("celery", n)
         journal = Path(tempfile.mkdtemp(prefix="drain-celery-")) / "journal.log"
         workers = celery_workers(processes=PROCESSES, slots=slots, batch=batch, journal=journal)
         with workers, producing_to_redis():
             from agentrun.celery import app
             from agentrun.task_queues import TaskName
 
+            ids = queues.seed("celery", n)
             go = time.time()
             for _ in range(PROCESSES * slots):
                 app.send_task(

@@ -20,25 +20,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, F, OuterRef, Subquery, Value, When
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
+from agentrun.auth import IssuedKey, KeyRequest, issue_api_keys
 from agentrun.errors import AgentRunError, not_found
+from agentrun.redaction import redact_json
 from dispatch.intents import fence_open_intents_locked
 from dispatch.launchers.base import Launched
 from dispatch.locks import claim_due_intents, lock_intent, lock_intents
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
+from dispatch.sql import DispatchedJob, record_dispatched_locked
 from runs.locks import lock_command, lock_commands, lock_run, lock_runs
-from runs.models import Command, Run, RunnerJob
+from runs.models import Command, Run
 from runs.phases import Phase
 from runs.services.event_log import NewEvent, RunEvents, append_events_to_runs_locked
-from runs.services.runners import NewRunnerJob, RunnerJobSpec, save_runner_jobs_locked
+from runs.services.runners import RunnerJobSpec
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,34 @@ def claim_intents(*, owner: str, lease_ms: int, limit: int) -> list[IntentClaim]
     with transaction.atomic(durable=True):
         rows = claim_due_intents(owner=owner, lease_ms=lease_ms, limit=max(1, min(limit, 500)))
     return [IntentClaim.from_row(row) for row in rows]
+
+
+def claim_intents_with_keys(
+    *, owner: str, lease_ms: int, limit: int
+) -> list[tuple[IntentClaim, IssuedKey]]:
+    """`claim_intents`, plus each claim's run-scoped runner key issued in the same
+    transaction (one INSERT for the batch). Why together: a launch needs both committed,
+    and each commit is a WAL flush on the pickup path (bench cell 4 measured two commits
+    before the first launch); a key whose launch does not happen is revoked by the
+    dispatcher, as one whose launch fails always was."""
+    with transaction.atomic(durable=True):
+        claims = [
+            IntentClaim.from_row(row)
+            for row in claim_due_intents(
+                owner=owner, lease_ms=lease_ms, limit=max(1, min(limit, 500))
+            )
+        ]
+        keys = issue_api_keys(requests=[_runner_key_request(claim) for claim in claims])
+    return list(zip(claims, keys, strict=True))
+
+
+def _runner_key_request(claim: IntentClaim) -> KeyRequest:
+    return KeyRequest(
+        tenant_id=claim.tenant_id,
+        role="runner",
+        run_id=claim.run_id,
+        name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
+    )
 
 
 def lock_claim_locked(claim: IntentClaim) -> LockedClaim:
@@ -218,56 +248,26 @@ def complete_intent(*, claim: IntentClaim, launched: Launched) -> RunnerDispatch
 
 
 def _complete_locked(live: list[tuple[Completion, LockedClaim]]) -> list[RunnerDispatchIntent]:
-    """Save the runner jobs, mark the intents dispatched, record it. Needs the claim locks."""
+    """Save the runner jobs, mark the intents dispatched (one statement, `dispatch.sql`),
+    record it (one multi-run append). Needs the claim locks."""
     if not live:
         return []
-    saved = save_runner_jobs_locked(
-        jobs=[
-            NewRunnerJob(
-                locked.run,
-                _runner_job_spec(item.claim, item.launched),
-                idempotency_key=item.claim.runner_job_id,
-                runner_job_id=item.claim.runner_job_id,  # the planned id is the job's id
-            )
-            for item, locked in live
-        ]
-    )
     now = timezone.now()
-    intents = [locked.intent for _, locked in live]
-    _mark_dispatched_locked(intents, now=now)
+    jobs = [_dispatched_job(item.claim, item.launched) for item, _ in live]
+    record_dispatched_locked(jobs, now=now)
     events: dict[str, RunEvents] = {}
-    for (item, locked), job in zip(live, saved, strict=True):
+    for (item, locked), job in zip(live, jobs, strict=True):
         intent = locked.intent  # the returned objects show what the UPDATE wrote
         intent.state = IntentState.DISPATCHED
-        intent.dispatch_outcome = job.job.result.get("outcome")
-        intent.actual_runner_job_id = job.job.id
-        intent.active_runner_id = job.job.runner_id
+        intent.dispatch_outcome = job.outcome
+        intent.actual_runner_job_id = job.id
+        intent.active_runner_id = job.columns["runner_id"]
         intent.lease_owner = intent.lease_expires_at = intent.last_error = None
         intent.dispatched_at = intent.updated_at = now
         entry = events.setdefault(locked.run.id, RunEvents(locked.run, []))
-        entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.job.id)))
+        entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.id)))
     append_events_to_runs_locked(batches=list(events.values()))
-    return intents
-
-
-def _mark_dispatched_locked(intents: list[RunnerDispatchIntent], *, now: datetime) -> None:
-    """One UPDATE for the batch: each intent points at the runner job saved under its
-    planned id (the job's idempotency key). `bulk_update` would say the same with a CASE
-    per row and field, and cost half of a batch's CPU compiling it (profiled)."""
-    job = RunnerJob.objects.filter(
-        run_id=OuterRef("run_id"), idempotency_key=OuterRef("runner_job_id")
-    )
-    RunnerDispatchIntent.objects.filter(pk__in=[intent.pk for intent in intents]).update(
-        state=IntentState.DISPATCHED,
-        dispatch_outcome=Subquery(job.values(outcome=KeyTextTransform("outcome", "result"))[:1]),
-        actual_runner_job_id=Subquery(job.values("id")[:1]),
-        active_runner_id=Subquery(job.values("runner_id")[:1]),
-        lease_owner=None,
-        lease_expires_at=None,
-        last_error=None,
-        dispatched_at=now,
-        updated_at=now,
-    )
+    return [locked.intent for _, locked in live]
 
 
 def _dispatched_payload(item: Completion, runner_job_id: str) -> dict[str, Any]:
@@ -287,8 +287,9 @@ def _dispatched_payload(item: Completion, runner_job_id: str) -> dict[str, Any]:
     }
 
 
-def _runner_job_spec(claim: IntentClaim, launched: Launched) -> RunnerJobSpec:
-    return RunnerJobSpec(
+def _dispatched_job(claim: IntentClaim, launched: Launched) -> DispatchedJob:
+    """The runner job row of a launched claim, under the claim's planned id."""
+    spec = RunnerJobSpec(
         command_id=claim.command_id,
         attempt_id=f"{claim.id}:{claim.attempt_count}",
         runner_id=launched.runner_id,
@@ -298,7 +299,16 @@ def _runner_job_spec(claim: IntentClaim, launched: Launched) -> RunnerJobSpec:
         image=launched.image,
         source_commit=launched.source_commit,
         service_account_name=launched.details.get("service_account_name"),
-        result={"launcher": launched.launcher, "outcome": launched.outcome, **launched.details},
+    )
+    result = {"launcher": launched.launcher, "outcome": launched.outcome, **launched.details}
+    return DispatchedJob(
+        intent_id=claim.id,
+        id=claim.runner_job_id,
+        run_id=claim.run_id,
+        payload_hash=spec.payload_hash(),
+        result=redact_json(result),
+        outcome=launched.outcome,
+        columns={name: value for name, value in vars(spec).items() if name != "result"},
     )
 
 

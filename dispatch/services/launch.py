@@ -13,12 +13,14 @@ For one batch:
 3. over capacity, or over its tenant's share of it (`capacity`) → the intent is given
    back, due after a short wait, its attempt not counted; a launch error → retry with
    backoff, or terminalise after the last attempt;
-4. the batch's runner keys are issued in one INSERT, then each claim is launched;
+4. each claim is launched with its runner key, issued in the claim's transaction (one
+   INSERT for the batch, so one commit before the first launch); a claim that is not
+   launched gets its key revoked;
 5. the launched intents are completed in one set-based transaction; a claim refused as
    stale (its run was cancelled meanwhile) gets its launch aborted and its key revoked.
 
-No transaction is open during a launch (rule 7): the runner keys are committed before, the
-outcome in a new transaction after. A worker dying mid-batch leaves `dispatching` intents
+No transaction is open during a launch (rule 7): the runner keys are committed with the
+claim, the outcome in a new transaction after. A worker dying mid-batch leaves `dispatching` intents
 whose lease expires; the next claim takes them again (attempt + 1).
 """
 
@@ -31,7 +33,7 @@ from dataclasses import asdict, dataclass
 from django.utils import timezone
 
 from agentrun import conf
-from agentrun.auth import KeyRequest, issue_api_keys
+from agentrun.auth import IssuedKey
 from agentrun.backoff import backoff_ms
 from agentrun.leases import lease_owner
 from agentrun.locks import LockKey, advisory_session_lock
@@ -50,7 +52,7 @@ from dispatch.services.claims import (
     Completion,
     IntentClaim,
     StaleClaimError,
-    claim_intents,
+    claim_intents_with_keys,
     complete_intents,
     defer_intents,
 )
@@ -84,26 +86,28 @@ def dispatch_batch(
     fence and commits several short transactions). Launchers default to `local` and
     `kubernetes`.
     """
-    claims = claim_intents(
+    keyed = claim_intents_with_keys(
         owner=owner or lease_owner("dispatch"),
         lease_ms=conf.dispatch_lease_ms(),
         limit=limit or conf.dispatch_batch_size(),
     )
-    counts = DispatchCounts(claimed=len(claims))
+    counts = DispatchCounts(claimed=len(keyed))
     launchers = launchers or default_launchers()
+    keys = {claim.id: key for claim, key in keyed}
     by_profile: dict[str, list[IntentClaim]] = {}
-    for claim in claims:
+    for claim, _ in keyed:
         by_profile.setdefault(claim.backend_profile, []).append(claim)
     for profile, group in sorted(by_profile.items()):
         if all(claim.capacity_limit is None for claim in group):
             # No limit: there is no last free slot to race for, so no fence (a limit set
             # meanwhile applies from the next batch).
-            _dispatch(group, launchers, counts)
+            _dispatch(group, keys, launchers, counts)
             continue
         with advisory_session_lock(LockKey.RUNNER_CREATE, profile):
             to_launch, waiting = within_capacity(profile, group)
             _defer(profile, waiting, counts)
-            _dispatch(to_launch, launchers, counts)
+            _revoke([keys[claim.id].api_key for claim in waiting])
+            _dispatch(to_launch, keys, launchers, counts)
     count_dispatch(counts.as_dict())  # every transaction of the batch has committed
     return counts
 
@@ -118,45 +122,41 @@ def _defer(profile: str, waiting: list[IntentClaim], counts: DispatchCounts) -> 
 
 
 def _dispatch(
-    claims: list[IntentClaim], launchers: Mapping[str, Launcher], counts: DispatchCounts
+    claims: list[IntentClaim],
+    keys: Mapping[str, IssuedKey],
+    launchers: Mapping[str, Launcher],
+    counts: DispatchCounts,
 ) -> None:
     """Launch the claims and complete the launched ones in one transaction."""
-    launched = _launch_all(claims, launchers, counts)
+    launched = _launch_all(claims, keys, launchers, counts)
     if not launched:
         return
-    outcome = complete_intents(completions=[item for item, _ in launched])
+    outcome = complete_intents(completions=launched)
     counts.dispatched += len(outcome.completed)
-    keys = {item.claim.id: key for item, key in launched}
     for refused, error in outcome.refused:
         counts.fenced += 1
         logger.info("dispatch: %s; aborting %s", error.message, refused.launched.job_name)
-        _revoke([keys[refused.claim.id]])
+        _revoke([keys[refused.claim.id].api_key])
         _abort(refused.launched, launchers)
 
 
 def _launch_all(
-    claims: list[IntentClaim], launchers: Mapping[str, Launcher], counts: DispatchCounts
-) -> list[tuple[Completion, ApiKey]]:
-    """Launch each claim with a fresh run-scoped runner key (the batch's keys are issued in
-    one INSERT, committed before any launch); settle the ones that cannot launch."""
-    ready = [(claim, found) for claim in claims if (found := _launcher(claim, launchers, counts))]
-    issued = issue_api_keys(
-        requests=[
-            KeyRequest(
-                tenant_id=claim.tenant_id,
-                role="runner",
-                run_id=claim.run_id,
-                name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
-            )
-            for claim, _ in ready
-        ]
-    )
+    claims: list[IntentClaim],
+    keys: Mapping[str, IssuedKey],
+    launchers: Mapping[str, Launcher],
+    counts: DispatchCounts,
+) -> list[Completion]:
+    """Launch each claim with its runner key; settle the ones that cannot launch, and
+    revoke their keys (one UPDATE)."""
     launched, unused = [], []
-    for (claim, launcher), key in zip(ready, issued, strict=True):
+    for claim in claims:
+        key = keys[claim.id]
+        launcher = _launcher(claim, launchers, counts)
+        if launcher is None:
+            unused.append(key.api_key)
+            continue
         try:
-            launched.append(
-                (Completion(claim, launcher.launch(_request(claim, key.secret))), key.api_key)
-            )
+            launched.append(Completion(claim, launcher.launch(_request(claim, key.secret))))
         except LaunchError as error:
             unused.append(key.api_key)
             _settle_failure(claim, error, counts)

@@ -82,16 +82,20 @@ def child(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subproces
 
 
 @contextmanager
-def outbox_celery_worker(data_dir: Path) -> Iterator[Path]:
-    """`celery -A agentrun worker -B -Q outbox` on Redis; yields its log once it is ready."""
+def outbox_celery_worker(data_dir: Path, *, listen: bool = False) -> Iterator[Path]:
+    """`celery -A agentrun worker -B -Q outbox` on Redis; yields its log once it is ready.
+    `listen`: the worker's LISTEN relay pickup on and no beat (`outbox.listener`)."""
     import redis
 
     redis.Redis.from_url(REDIS_URL).flushdb()
     log = data_dir / "worker.log"
-    argv = [sys.executable, "-m", "celery", "-A", "agentrun", "worker", "-B", "-Q", "outbox"]
+    beat = [] if listen else ["-B"]
+    argv = [sys.executable, "-m", "celery", "-A", "agentrun", "worker", *beat, "-Q", "outbox"]
     argv += ["--pool", "threads", "--concurrency", "2", "-s", str(data_dir / "beat-schedule")]
     argv += ["-n", f"outbox-test-{os.getpid()}@%h", "--without-gossip", "--without-mingle"]
-    env = outbox_env(data_dir, CELERY_BROKER_URL=REDIS_URL)
+    env = outbox_env(
+        data_dir, CELERY_BROKER_URL=REDIS_URL, AGENTRUN_DISPATCH_LISTEN=str(listen).lower()
+    )
     with child([*argv, "--loglevel", "INFO"], env, log):
         wait(lambda: b" ready." in log.read_bytes(), 60, "the Celery worker to start")
         yield log

@@ -1,0 +1,61 @@
+"""Statements per dispatch claim and per settle, pinned (issue 18 item 1): each is a fixed
+number of round trips whatever the batch size."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agentrun.models import ApiKey
+from dispatch.launchers import Launched
+from dispatch.models import RunnerDispatchIntent
+from dispatch.services.claims import Completion, claim_intents_with_keys, complete_intents
+from runs.models import Backend, RunnerJob
+from tests.dispatch.helpers import make_dispatch_command
+
+
+def _launched(runner_id: str) -> Launched:
+    return Launched(
+        launcher="local", job_name=f"job-{runner_id}", namespace="local", image="img",
+        manager_url="http://m", runner_id=runner_id, source_commit="abc",
+    )  # fmt: skip
+
+
+def _statements(queries: CaptureQueriesContext) -> list[str]:
+    return [query["sql"].split()[0].upper() for query in queries.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("size", [1, 12])
+def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> None:
+    Backend.objects.filter(profile="scripted").update(capacity={})
+    for _ in range(size):
+        make_dispatch_command()
+    with CaptureQueriesContext(connection) as claim:
+        keyed = claim_intents_with_keys(owner="w", lease_ms=60_000, limit=size)
+    # The claim UPDATE and the keys' INSERT in one transaction: one commit before a launch.
+    assert _statements(claim) == ["BEGIN", "WITH", "INSERT", "COMMIT"], claim.captured_queries
+    assert ApiKey.objects.filter(run_id__in=[c.run_id for c, _ in keyed]).count() == size
+    completions = [Completion(claim, _launched(claim.runner_id)) for claim, _ in keyed]
+    with CaptureQueriesContext(connection) as settle:
+        outcome = complete_intents(completions=completions)
+    assert len(outcome.completed) == size
+    # Locks (runs, commands, intents), the jobs + intents write (`dispatch.sql`), the
+    # events' append with its webhook-delivery INSERT; the runs' NOTIFY after the commit.
+    assert _statements(settle) == [
+        "BEGIN",
+        "SELECT",
+        "SELECT",
+        "SELECT",
+        "WITH",
+        "WITH",
+        "INSERT",
+        "COMMIT",
+        "SELECT",
+    ], settle.captured_queries
+    assert RunnerJob.objects.count() == size
+    dispatched = RunnerDispatchIntent.objects.filter(state="dispatched")
+    assert sorted(dispatched.values_list("actual_runner_job_id", flat=True)) == sorted(
+        RunnerJob.objects.values_list("id", flat=True)
+    )

@@ -1,6 +1,6 @@
 """The relay pickup on LISTEN (issue 18 item 2): a Celery worker of the outbox queue with
 no beat, and no on-commit Celery wake-up sent, still relays a committed append's records:
-its listener thread is woken by the append's run-change notification and relays
+its listener thread is woken by the append's `agentrun_outbox_committed` notification and relays
 in-process, so no broker message is on the path."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from agentrun.validation import StrictSerializer
+from agentrun.validation import INT4_MAX, StrictSerializer
 
 MAX_PAGE_SIZE = 200
 MAX_EVENT_PAGE = 500
@@ -25,7 +25,7 @@ class PageQuery(StrictSerializer):
 class SeqCursorQuery(StrictSerializer):
     """`after_seq` and `limit` (1 to 500) of a per-run event seq cursor."""
 
-    after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+    after_seq = serializers.IntegerField(min_value=0, max_value=INT4_MAX, default=0)
     limit = serializers.IntegerField(
         min_value=1,
         max_value=MAX_EVENT_PAGE,

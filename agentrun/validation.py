@@ -18,6 +18,10 @@ from agentrun.ids import MAX_ID_LENGTH
 
 KIB = 1024
 MIB = 1024 * KIB
+# PostgreSQL's integer and bigint bounds: a number past the column's is a 400 naming the
+# field, not a DataError (a 500) from the database.
+INT4_MAX = 2**31 - 1
+INT8_MAX = 2**63 - 1
 
 
 # What a JSON body must carry for a field of each kind. DRF coerces (`5` into "5", "true"

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from agentrun import conf
 from agentrun.pagination import SeqCursorQuery
 from agentrun.validation import (
+    INT4_MAX,
     KIB,
     MIB,
     BoundedJSONObjectField,
@@ -169,7 +170,7 @@ class RunnerWriteIn(StrictSerializer):
     """The fencing token every runner write carries (SPEC §8)."""
 
     runner_id = IdField()
-    lease_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+    lease_epoch = serializers.IntegerField(min_value=0, max_value=INT4_MAX)
 
     def fence(self) -> dict[str, Any]:
         """The token alone (`runner_id`, `lease_epoch`), for a write whose other fields the
@@ -300,7 +301,7 @@ class EventsQuery(SeqCursorQuery):
 
 
 class CountQuery(StrictSerializer):
-    after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+    after_seq = serializers.IntegerField(min_value=0, max_value=INT4_MAX, default=0)
 
 
 class CommandEventsQuery(StrictSerializer):

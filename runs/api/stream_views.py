@@ -34,7 +34,7 @@ from agentrun import api, conf, sse
 from agentrun.auth import ApiKeyAuthentication, IsAuthenticatedKey
 from agentrun.stream_tickets import TicketAuthentication, require_ticket_resource
 from agentrun.tenancy import Scope
-from agentrun.validation import StrictSerializer, validate_path_id
+from agentrun.validation import INT4_MAX, StrictSerializer, validate_path_id
 from runs import selectors
 from runs.api.views import released_after
 from runs.models import EventType, Run
@@ -183,7 +183,7 @@ class StreamView(APIView):
 
 
 class RunStreamQuery(StreamQuery):
-    after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+    after_seq = serializers.IntegerField(min_value=0, max_value=INT4_MAX, default=0)
     follow = serializers.BooleanField(
         default=False, help_text="Stay open after the run's terminal_status event."
     )

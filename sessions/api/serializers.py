@@ -8,6 +8,8 @@ from rest_framework import serializers
 
 from agentrun.api import UnreadOut
 from agentrun.validation import (
+    INT4_MAX,
+    INT8_MAX,
     BoundedJSONObjectField,
     IdField,
     ReservedIdField,
@@ -139,7 +141,7 @@ class ReaderQuery(StrictSerializer):
 
 class SessionEventsQuery(StrictSerializer):
     run_id = IdField(required=False)
-    after_seq = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+    after_seq = serializers.IntegerField(min_value=0, max_value=INT4_MAX, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
 
 
@@ -155,8 +157,12 @@ class StorageIn(StrictSerializer):
     storage_pvc_name = serializers.CharField(max_length=253, required=False, allow_null=True)
     storage_namespace = serializers.CharField(max_length=253, required=False, allow_null=True)
     storage_pvc_phase = serializers.CharField(max_length=64, required=False, allow_null=True)
-    storage_size_bytes = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    storage_files_count = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    storage_size_bytes = serializers.IntegerField(
+        min_value=0, max_value=INT8_MAX, required=False, allow_null=True
+    )
+    storage_files_count = serializers.IntegerField(
+        min_value=0, max_value=INT4_MAX, required=False, allow_null=True
+    )
     storage_sha256 = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, allow_null=True)
     codex_rollout_subdir = serializers.CharField(max_length=200, required=False, allow_null=True)
 

@@ -115,6 +115,15 @@ def test_storage_refresh_records_a_pvc() -> None:
             {"storage_kind": "local", "storage_path": "/x", "storage_size_bytes": -1},
             "storage_size_bytes",
         ),
+        # Past the column's integer / bigint (schemathesis found a 500 from the database).
+        (
+            {"storage_kind": "local", "storage_path": "/x", "storage_files_count": 2**31},
+            "storage_files_count",
+        ),
+        (
+            {"storage_kind": "local", "storage_path": "/x", "storage_size_bytes": 2**63},
+            "storage_size_bytes",
+        ),
         ({"storage_kind": "local", "storage_path": "/x", "colour": "red"}, "colour"),
     ],
 )

@@ -110,6 +110,10 @@ class Runner:
     def _heartbeat_loop(self) -> None:
         interval = self.lease_ms / 3000
         while not self.stopped.wait(interval):
+            # The lease runs from when the server renewed it, at the latest from now: a
+            # runner frozen with the answer in flight must not start its lease at the
+            # moment it reads it (it would take the takeover's 401s for a cancel).
+            sent = time.monotonic()
             run = self.api.post_or_stop(
                 f"/runs/{self.run_id}/heartbeat",
                 {**self.fence, "lease_ms": self.lease_ms},
@@ -122,7 +126,7 @@ class Runner:
             if run["status"] in ("completed", "failed", "blocked", "cancelled"):
                 self.stop("cancelled" if run["status"] == "cancelled" else "run-terminal")
                 return
-            self.lease_deadline = time.monotonic() + self.lease_ms / 1000
+            self.lease_deadline = sent + self.lease_ms / 1000
 
     def _refusal(self, error: ApiError) -> str:
         """Why a refused heartbeat stops the runner. A 401 means the key was revoked: while

@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from agentrun.task_queues import TaskName
@@ -34,6 +35,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EVENTS = 2_000
 
 
+APP_NAME = "fault-relay-a"  # the first worker's application_name (tests/faults/harness.py)
+
+
+def _active_statements(app_name: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s AND state = 'active'",
+            [app_name],
+        )
+        return int(cursor.fetchone()[0])
+
+
 def _kill_inside_a_batch(worker: Proc) -> None:
     """SIGKILL the worker while it holds a claim, after it delivered a few batches. It is
     stopped (SIGSTOP) first and its claim checked, so the kill cannot land just after the
@@ -46,6 +60,9 @@ def _kill_inside_a_batch(worker: Proc) -> None:
             0.002,
         )
         worker.signal(signal.SIGSTOP)
+        # A statement the worker sent before it stopped (a settle's COMMIT) still runs on
+        # the server: wait until none of its backends is active before reading its claim.
+        wait_for(lambda: not _active_statements(APP_NAME), 30, "the worker's statements")
         if leased_by_pid(worker.pid):
             worker.kill()
             return
@@ -60,7 +77,8 @@ def test_worker_killed_mid_relay_batch(
     settings.AGENTRUN_KAFKA_OUTBOX_LEASE_MS = 4_000
     fill_backlog(outbox_runs("f2"), EVENTS)
     purge(REDIS_OUTBOX)
-    env = {"AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE": "50"}
+    # The batches come through the broker (a kick chains the next), not the LISTEN pickup.
+    env = {"AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE": "50", "AGENTRUN_DISPATCH_LISTEN": "false"}
 
     def kick() -> None:
         send_task(REDIS_OUTBOX, TaskName.RELAY_BATCH, "outbox")

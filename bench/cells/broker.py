@@ -34,7 +34,8 @@ Publish = Callable[[Callable[[int], None], int], None]
 
 def _brokers(folder: Path) -> dict[str, tuple[str, dict[str, Any]]]:
     rest = env.database_url().partition("://")[2]
-    fs = {f"data_folder_{d}": str(folder / "fs") for d in ("in", "out")}
+    fs: dict[str, Any] = {f"data_folder_{d}": str(folder / "fs") for d in ("in", "out")}
+    fs["control_folder"] = str(folder / "control")  # kombu's default is ./control
     return {
         "agentrun-sqla": (f"agentrun-sqla+postgresql+psycopg://{rest}", {}),
         "redis": (REDIS_URL, {}),

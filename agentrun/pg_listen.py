@@ -1,11 +1,11 @@
 """A worker's wake-up by PostgreSQL: one `LISTEN` connection, one drain thread per channel.
 
 A commit that makes work due sends `NOTIFY <channel>`: a dispatch intent's (a trigger of
-the table, so no service pays a statement for it), an event append's run change (sent
-after its commit, `runs.sql`; with the outbox on, every append wrote outbox records).
+the table, so no service pays a statement for it), an append's outbox records (sent
+after its commit, `runs.sql`).
 PostgreSQL delivers it to every listening worker. The listener thread hands each
-notification to its channel's drain thread, which calls `drain` in-process: it claims and
-works batches until one comes back short, so the broker is not on the pickup path. A
+notification to its channel's drain thread, which works batches in-process until one
+comes back short (`WorkerDrain.drain`), so the broker is not on the pickup path. A
 drain thread per channel, so a relay batch producing to Kafka never delays a dispatch
 pickup, and one drain answers every notification that came while it ran.
 
@@ -27,6 +27,9 @@ from typing import Any
 import psycopg
 from celery import signals
 from django.db import close_old_connections, connection
+
+from agentrun import conf
+from agentrun.task_queues import TASK_QUEUES, TaskName
 
 log = logging.getLogger("agentrun.listen")
 RECONNECT_S = 1.0
@@ -136,15 +139,25 @@ class ChannelListener:
 
 @dataclass(frozen=True)
 class WorkerDrain:
-    """What an app asks of a Celery worker's listener: on `channel`, call `drain`, in
-    workers that consume `queue` (`-Q`), while `enabled()` says so at the worker's start.
-    `name` is for the worker's log (`<name> listener started`)."""
+    """What an app asks of a Celery worker's listener: on `channel`, in workers that
+    consume `task`'s queue (`-Q`), run `full_batch` until it says the batch came back short.
+    On while the worker's LISTEN pickup is (`AGENTRUN_DISPATCH_LISTEN`, one switch for
+    every drain) and `wanted()` says so at the worker's start. `name` is for the worker's
+    log (`<name> listener started`)."""
 
     name: str
     channel: str
-    drain: Callable[[], None]
-    queue: str
-    enabled: Callable[[], bool]
+    task: TaskName
+    full_batch: Callable[[], bool]  # one batch; True when it claimed a whole batch
+    wanted: Callable[[], bool] = lambda: True
+
+    def drain(self) -> None:
+        """Batches until one comes back short: the backlog is drained."""
+        while self.full_batch():
+            pass
+
+    def enabled(self) -> bool:
+        return conf.dispatch_listen() and self.wanted()
 
 
 _drains: list[WorkerDrain] = []
@@ -168,7 +181,7 @@ def _consumed_queues(consumer: Any) -> set[str]:
 def _on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     global _listener
     consumed = _consumed_queues(sender)
-    wanted = [d for d in _drains if d.queue in consumed and d.enabled()]
+    wanted = [d for d in _drains if TASK_QUEUES[d.task].value in consumed and d.enabled()]
     if _listener is not None or not wanted:
         return
     drains = {d.channel: d.drain for d in wanted}

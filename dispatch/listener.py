@@ -16,28 +16,24 @@ from __future__ import annotations
 from agentrun import conf
 from agentrun.leases import lease_owner
 from agentrun.pg_listen import WorkerDrain, register_worker_drain
-from agentrun.task_queues import TASK_QUEUES, TaskName
+from agentrun.task_queues import TaskName
 from dispatch.services.launch import dispatch_batch
 
 DISPATCH_CHANNEL = "agentrun_dispatch"  # the trigger of migration 0004 notifies it
 
 
-def drain_due_intents() -> None:
-    """Dispatch batches until one comes back short (the backlog is drained)."""
-    while dispatch_batch(owner=lease_owner("dispatch", tag="listen")).claimed >= (
-        conf.dispatch_batch_size()
-    ):
-        pass
+def _full_batch() -> bool:
+    """One batch in the listener's thread (its lease owner says `listen`); True when it
+    claimed a whole batch, so more may be due."""
+    owner = lease_owner("dispatch", tag="listen")
+    return dispatch_batch(owner=owner).claimed >= conf.dispatch_batch_size()
+
+
+DRAIN = WorkerDrain(
+    name="dispatch", channel=DISPATCH_CHANNEL, task=TaskName.DISPATCH_BATCH, full_batch=_full_batch
+)
 
 
 def install() -> None:
     """Register the worker's dispatch drain (from `DispatchConfig.ready`)."""
-    register_worker_drain(
-        WorkerDrain(
-            name="dispatch",
-            channel=DISPATCH_CHANNEL,
-            drain=drain_due_intents,
-            queue=TASK_QUEUES[TaskName.DISPATCH_BATCH].value,
-            enabled=conf.dispatch_listen,
-        )
-    )
+    register_worker_drain(DRAIN)

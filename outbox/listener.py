@@ -8,33 +8,33 @@ relays in-process, batch after batch until one comes back short, with no broker 
 in between. The
 on-commit Celery wake-up (`outbox.record`) still reaches workers that do not listen, and
 the beat stays the safety net. On with the worker's LISTEN pickup
-(`AGENTRUN_DISPATCH_LISTEN`) and the outbox.
+(`AGENTRUN_DISPATCH_LISTEN`) and the outbox (`wanted`).
 """
 
 from __future__ import annotations
 
 from agentrun import conf
 from agentrun.pg_listen import WorkerDrain, register_worker_drain
-from agentrun.task_queues import TASK_QUEUES, TaskName
+from agentrun.task_queues import TaskName
 from outbox.kafka import outbox_enabled
 from outbox.services.relay import relay_outbox_batch
 from runs.sql import OUTBOX_COMMIT_CHANNEL
 
 
-def drain_outbox() -> None:
-    """Relay batches until one comes back short (what `outbox.relay_batch` runs)."""
-    while relay_outbox_batch().claimed >= conf.outbox_batch_size():
-        pass
+def _full_batch() -> bool:
+    """One relay batch (what `outbox.relay_batch` runs); True when it claimed a whole one."""
+    return relay_outbox_batch().claimed >= conf.outbox_batch_size()
+
+
+DRAIN = WorkerDrain(
+    name="outbox relay",
+    channel=OUTBOX_COMMIT_CHANNEL,
+    task=TaskName.RELAY_BATCH,
+    full_batch=_full_batch,
+    wanted=outbox_enabled,
+)
 
 
 def install() -> None:
     """Register the worker's relay drain (from `OutboxConfig.ready`)."""
-    register_worker_drain(
-        WorkerDrain(
-            name="outbox relay",
-            channel=OUTBOX_COMMIT_CHANNEL,
-            drain=drain_outbox,
-            queue=TASK_QUEUES[TaskName.RELAY_BATCH].value,
-            enabled=lambda: conf.dispatch_listen() and outbox_enabled(),
-        )
-    )
+    register_worker_drain(DRAIN)

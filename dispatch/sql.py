@@ -47,15 +47,10 @@ jobs AS (
   ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 )
 UPDATE agentrun_runner_dispatch_intents i
-SET state = 'dispatched',
-    dispatch_outcome = j.outcome,
-    actual_runner_job_id = j.id,
-    active_runner_id = j.runner_id,
-    lease_owner = NULL,
-    lease_expires_at = NULL,
-    last_error = NULL,
-    dispatched_at = %(now)s,
-    updated_at = %(now)s
+SET state = 'dispatched', dispatch_outcome = j.outcome, dispatched_at = %(now)s,
+    actual_runner_job_id = j.id, active_runner_id = j.runner_id, updated_at = %(now)s,
+    -- the claim's lease ends with the dispatch
+    lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
 FROM j
 WHERE i.id = j.intent_id
 """

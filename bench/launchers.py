@@ -1,4 +1,4 @@
-"""A launcher for Celery workers the bench starts: `NoopLauncher` of `bench.workers`,
+"""A launcher for Celery workers the bench starts: `NoopLauncher` of `bench.queue_workers`,
 journaling every launch to `AGENTRUN_BENCH_JOURNAL` (one flushed line per launch, so the
 execution ledger survives killing the worker).
 
@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 
-from bench import workers
+from bench import worker_process
+from bench.queue_workers import NoopLauncher
 
 
-class JournalingNoopLauncher(workers.NoopLauncher):
+class JournalingNoopLauncher(NoopLauncher):
     def __init__(self) -> None:
         super().__init__(stamp=False)
-        if workers.JOURNAL.file is None:
-            workers.JOURNAL = workers.Journal(os.environ.get("AGENTRUN_BENCH_JOURNAL"))
+        # On `worker_process`, where `NoopLauncher.launch` reads the journal.
+        if worker_process.JOURNAL.file is None:
+            worker_process.JOURNAL = worker_process.Journal(
+                os.environ.get("AGENTRUN_BENCH_JOURNAL")
+            )

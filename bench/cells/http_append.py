@@ -29,9 +29,10 @@ from typing import Any
 from agentrun.auth import issue_api_key
 from bench import fixtures
 from bench.cells.event_append import RUNS, event_ledger, payload, sample
-from bench.harness import CellReport, Figure, Sample, Scale, WorkerResult, compare, run_workers
+from bench.harness import CellReport, Figure, Sample, Scale, compare
 from bench.profiling import print_summary, profiled
 from bench.servers import Gunicorn, gunicorn
+from bench.worker_threads import WorkerResult, run_workers
 
 WORKERS, THREADS, CLIENTS = 2, 4, 8
 

@@ -39,12 +39,11 @@ from bench.harness import (
     Ledger,
     Sample,
     Scale,
-    WorkerResult,
     compare,
-    run_workers,
 )
 from bench.profiling import print_summary, profiled
 from bench.queries import captured
+from bench.worker_threads import WorkerResult, run_workers
 from runs.services.event_log import RUN_CHANGE_CHANNEL
 from sessions.services.admission import admit_turn
 from sessions.turns import TurnRequest

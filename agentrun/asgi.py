@@ -3,8 +3,8 @@
 ASGI rather than WSGI because a waiting request (a long-poll today, an SSE stream next)
 must cost neither a worker thread nor a database connection: under a threaded WSGI server
 every waiter holds a thread, and four of them starved `/healthz` for 30 s. Here the waiting
-views are async (runs/api/views.py `run_events`) and sleep on the event loop; every other view is
-sync Django run in a thread by the handler, as usual.
+views are async (`run_events` in runs/api/long_poll.py) and sleep on the event loop; every
+other view is sync Django run in a thread by the handler, as usual.
 """
 
 import os

@@ -36,7 +36,7 @@ from agentrun.stream_tickets import TicketAuthentication, require_ticket_resourc
 from agentrun.tenancy import Scope
 from agentrun.validation import INT4_MAX, StrictSerializer, validate_path_id
 from runs import selectors
-from runs.api.views import released_after
+from runs.api.long_poll import released_after
 from runs.models import EventType, Run
 from runs.streams import RUN_STREAM_ID, run_stream
 from runs.waiting import reread_slot

@@ -3,7 +3,7 @@
 from django.urls import URLPattern, path
 from rest_framework.routers import SimpleRouter
 
-from runs.api import approvals, usage, views
+from runs.api import approvals, long_poll, usage, views
 from runs.api.stream_views import RunStreamView, sse_route
 
 router = SimpleRouter(trailing_slash=False)
@@ -16,7 +16,7 @@ router.register("backends", views.BackendViewSet, basename="backend")
 # The events route is async under ASGI (its long-poll awaits on the event loop); the same
 # DRF view still answers every request, and alone under WSGI or the test client.
 urlpatterns = [
-    URLPattern(p.pattern, views.run_events(p.callback), p.default_args, p.name)
+    URLPattern(p.pattern, long_poll.run_events(p.callback), p.default_args, p.name)
     if isinstance(p, URLPattern) and p.name == "run-events"
     else p
     for p in router.urls

@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import iscoroutinefunction
 from django.urls import resolve
 
-from runs.api.views import run_events
+from runs.api.long_poll import run_events
 
 
 def test_the_route_is_a_coroutine_function_only_on_an_event_loop() -> None:

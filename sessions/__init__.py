@@ -6,5 +6,7 @@ row, in the run's transaction. `sessions.services` admits, steers, cancels and c
 sessions (`admit_turn_locked` is the twin the queue scheduler calls under the admission
 lock); `sessions.turns` holds the plain admission types and `sessions.turn_queue` the one
 door into the work queue; `sessions.locks`, `sessions.selectors`, `sessions.versions` its
-locks, reads and change-feed versions; `sessions.streams` the session stream.
+locks, reads and change-feed versions; `sessions.session_writes` collects a transaction's
+session projection so the row is written once (`sessions.sql`, its one raw UPDATE);
+`sessions.streams` the session stream.
 """

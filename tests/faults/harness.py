@@ -160,13 +160,25 @@ def terminate_connections(app_prefix: str) -> int:
 
 
 def waiting_on_lock(app_name: str) -> bool:
+    return _backends_of(app_name, "Lock", None) > 0
+
+
+def running_a_statement(app_name: str) -> bool:
+    """A child's backend is still running a statement (a COMMIT sent before it stopped)."""
+    return _backends_of(app_name, None, "active") > 0
+
+
+def _backends_of(app_name: str, wait_event_type: str | None, state: str | None) -> int:
+    """A child's backends, of that wait event type and state where given."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = %s AND wait_event_type = 'Lock'",
-            [app_name],
+            "AND application_name = %(app)s "
+            "AND (%(wait)s::text IS NULL OR wait_event_type = %(wait)s) "
+            "AND (%(state)s::text IS NULL OR state = %(state)s)",
+            {"app": app_name, "wait": wait_event_type, "state": state},
         )
-        return int(cursor.fetchone()[0]) > 0
+        return int(cursor.fetchone()[0])
 
 
 def raw_connection(app_name: str) -> psycopg.Connection[Any]:

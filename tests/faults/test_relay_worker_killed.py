@@ -13,11 +13,18 @@ import signal
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from agentrun.task_queues import TaskName
-from tests.faults.harness import REDIS_OUTBOX, Proc, celery_worker, purge, send_task, wait_for
+from tests.faults.harness import (
+    REDIS_OUTBOX,
+    Proc,
+    celery_worker,
+    purge,
+    running_a_statement,
+    send_task,
+    wait_for,
+)
 from tests.faults.invariants import assert_invariants
 from tests.faults.outbox_load import (
     drain,
@@ -38,16 +45,6 @@ EVENTS = 2_000
 APP_NAME = "fault-relay-a"  # the first worker's application_name (tests/faults/harness.py)
 
 
-def _active_statements(app_name: str) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = %s AND state = 'active'",
-            [app_name],
-        )
-        return int(cursor.fetchone()[0])
-
-
 def _kill_inside_a_batch(worker: Proc) -> None:
     """SIGKILL the worker while it holds a claim, after it delivered a few batches. It is
     stopped (SIGSTOP) first and its claim checked, so the kill cannot land just after the
@@ -62,7 +59,7 @@ def _kill_inside_a_batch(worker: Proc) -> None:
         worker.signal(signal.SIGSTOP)
         # A statement the worker sent before it stopped (a settle's COMMIT) still runs on
         # the server: wait until none of its backends is active before reading its claim.
-        wait_for(lambda: not _active_statements(APP_NAME), 30, "the worker's statements")
+        wait_for(lambda: not running_a_statement(APP_NAME), 30, "the worker's statements")
         if leased_by_pid(worker.pid):
             worker.kill()
             return

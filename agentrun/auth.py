@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
@@ -79,21 +79,48 @@ def issue_api_keys(*, requests: list[KeyRequest]) -> list[IssuedKey]:
     return issued
 
 
+@dataclass(frozen=True)
+class MintedKey:
+    """A new key's id, secret and stored digest, before its row exists: for a writer that
+    inserts the row in a statement of its own (the dispatch claim issues its batch's runner
+    keys in the claim statement, `dispatch.locks`)."""
+
+    id: str
+    secret: str
+    key_prefix: str
+    key_digest: str
+
+
+def mint_key(role: str) -> MintedKey:
+    secret = f"{KEY_PREFIX}_{role}_{secrets.token_urlsafe(32)}"
+    return MintedKey(
+        id=new_id("key"),
+        secret=secret,
+        key_prefix=secret[: len(KEY_PREFIX) + len(role) + 8],
+        key_digest=secret_digest(secret),
+    )
+
+
+def runner_key_expires_at() -> datetime:
+    """When a runner key issued now expires."""
+    return timezone.now() + timedelta(seconds=conf.runner_key_ttl_s())
+
+
 def _new_key(request: KeyRequest) -> IssuedKey:
     role = request.role
-    secret = f"{KEY_PREFIX}_{role}_{secrets.token_urlsafe(32)}"
+    minted = mint_key(role)
     runner = role == ApiKeyRole.RUNNER
     api_key = ApiKey(
-        id=new_id("key"),
+        id=minted.id,
         name=request.name,
         tenant_id=request.tenant_id,
         role=role,
         run_id=request.run_id if runner else None,
-        key_prefix=secret[: len(KEY_PREFIX) + len(role) + 8],
-        key_digest=secret_digest(secret),
-        expires_at=timezone.now() + timedelta(seconds=conf.runner_key_ttl_s()) if runner else None,
+        key_prefix=minted.key_prefix,
+        key_digest=minted.key_digest,
+        expires_at=runner_key_expires_at() if runner else None,
     )
-    return IssuedKey(api_key=api_key, secret=secret)
+    return IssuedKey(api_key=api_key, secret=minted.secret)
 
 
 def revoke_run_keys_locked(run_id: str) -> int:

@@ -20,19 +20,25 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from agentrun.auth import IssuedKey, KeyRequest, issue_api_keys
+from agentrun.auth import IssuedKey, MintedKey, mint_key, runner_key_expires_at
 from agentrun.errors import AgentRunError, not_found
+from agentrun.models import ApiKey, ApiKeyRole
 from agentrun.redaction import redact_json
 from dispatch.intents import fence_open_intents_locked
 from dispatch.launchers.base import Launched
-from dispatch.locks import claim_due_intents, lock_intent, lock_intents
+from dispatch.locks import (
+    claim_due_intents,
+    claim_due_intents_with_keys,
+    lock_intent,
+    lock_intents,
+)
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
 from dispatch.sql import DispatchedJob, record_dispatched_locked
@@ -130,29 +136,39 @@ def claim_intents(*, owner: str, lease_ms: int, limit: int) -> list[IntentClaim]
 def claim_intents_with_keys(
     *, owner: str, lease_ms: int, limit: int
 ) -> list[tuple[IntentClaim, IssuedKey]]:
-    """`claim_intents`, plus each claim's run-scoped runner key issued in the same
-    transaction (one INSERT for the batch). Why together: a launch needs both committed,
-    and each commit is a WAL flush on the pickup path (bench cell 4 measured two commits
-    before the first launch); a key whose launch does not happen is revoked by the
-    dispatcher, as one whose launch fails always was."""
-    with transaction.atomic(durable=True):
-        claims = [
-            IntentClaim.from_row(row)
-            for row in claim_due_intents(
-                owner=owner, lease_ms=lease_ms, limit=max(1, min(limit, 500))
-            )
-        ]
-        keys = issue_api_keys(requests=[_runner_key_request(claim) for claim in claims])
-    return list(zip(claims, keys, strict=True))
-
-
-def _runner_key_request(claim: IntentClaim) -> KeyRequest:
-    return KeyRequest(
-        tenant_id=claim.tenant_id,
-        role="runner",
-        run_id=claim.run_id,
-        name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
+    """`claim_intents`, plus each claim's run-scoped runner key, written by the claim's
+    own statement (`dispatch.locks.claim_due_intents_with_keys`). Why together: a launch
+    needs both committed, and on the pickup path each round trip and each commit before the
+    first launch counts (bench cell 4); a key whose launch does not happen is revoked by
+    the dispatcher, as one whose launch fails always was. Must be called outside a
+    transaction: the statement commits on its own, before any launch."""
+    minted = [mint_key(ApiKeyRole.RUNNER) for _ in range(max(1, min(limit, 500)))]
+    expires_at = runner_key_expires_at()
+    rows = claim_due_intents_with_keys(
+        owner=owner, lease_ms=lease_ms, keys=minted, expires_at=expires_at
     )
+    by_id = {key.id: key for key in minted}
+    keyed = []
+    for row in rows:
+        claim = IntentClaim.from_row(row)
+        keyed.append((claim, _issued_runner_key(claim, by_id[row["key_id"]], expires_at)))
+    return keyed
+
+
+def _issued_runner_key(claim: IntentClaim, minted: MintedKey, expires_at: datetime) -> IssuedKey:
+    """The key row the claim statement wrote, as `issue_api_keys` would have returned it."""
+    api_key = ApiKey(
+        id=minted.id,
+        name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
+        tenant_id=claim.tenant_id,
+        role=ApiKeyRole.RUNNER,
+        run_id=claim.run_id,
+        key_prefix=minted.key_prefix,
+        key_digest=minted.key_digest,
+        expires_at=expires_at,
+    )
+    api_key._state.adding = False  # the row exists
+    return IssuedKey(api_key=api_key, secret=minted.secret)
 
 
 def lock_claim_locked(claim: IntentClaim) -> LockedClaim:

@@ -9,12 +9,8 @@ change columns that other writers read under the same lock, and the seed takes p
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
-
-from django.db import connection
-
 from agentrun.errors import not_found
+from agentrun.raw_sql import fetch_rows, model_rows
 from runs.control_models import Approval, ApprovalState
 from runs.models import Command, Run, RunnerJob
 
@@ -25,41 +21,24 @@ def lock_run(run_id: str) -> Run:
     Raw SQL, read into a model with `Run.from_db`: every run write starts here (an append,
     a heartbeat, a finish), and the ORM's compilation of this one statement was ~0.4 ms of
     CPU per call, as much as the rest of an append (bench cell 1, issue 18)."""
-    sql, names, converters = _run_row_shape()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
-        row = cursor.fetchone()
-    if row is None:
-        raise not_found("run", run_id)
-    values = list(row)
-    for index, convert in converters:
-        values[index] = convert(values[index], None, connection)
-    return Run.from_db(connection.alias, names, values)
-
-
-@cache
-def _run_row_shape() -> tuple[str, list[str], list[tuple[int, Any]]]:
-    """The run lock's statement, its columns' attribute names and the fields' converters
-    from the database value (the JSON columns arrive as text)."""
-    fields = Run._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
-    table = connection.ops.quote_name(Run._meta.db_table)
+    shape = model_rows(Run)
     # Column and table names come from the model, never from input.
-    sql = f"SELECT {columns} FROM {table} WHERE id = %s FOR UPDATE"  # noqa: S608
-    converters = [
-        (index, field.from_db_value)
-        for index, field in enumerate(fields)
-        if hasattr(field, "from_db_value")
-    ]
-    return sql, [field.attname for field in fields], converters
+    sql = f"SELECT {shape.columns} FROM agentrun_runs WHERE id = %s FOR UPDATE"  # noqa: S608
+    locked = shape.build(fetch_rows(sql, [run_id]))
+    if not locked:
+        raise not_found("run", run_id)
+    run: Run = locked[0]
+    return run
 
 
 def lock_runs(run_ids: list[str]) -> dict[str, Run]:
     """Lock several runs in one statement, in id order (so that two batches over the same
-    runs queue instead of deadlocking); 404 if one does not exist. For batch settles."""
+    runs queue instead of deadlocking); 404 if one does not exist. For batch settles; raw,
+    as `lock_run` is (the ORM's compilation was most of the statement's cost)."""
     wanted = sorted(set(run_ids))
-    locked = Run.objects.select_for_update().filter(pk__in=wanted).order_by("id")
-    runs = {run.id: run for run in locked}
+    shape = model_rows(Run)
+    sql = f"SELECT {shape.columns} FROM agentrun_runs WHERE id = ANY(%s) ORDER BY id FOR UPDATE"  # noqa: S608
+    runs = {run.id: run for run in shape.build(fetch_rows(sql, [wanted]))}
     for run_id in wanted:
         if run_id not in runs:
             raise not_found("run", run_id)
@@ -83,15 +62,14 @@ def lock_commands(command_ids: list[str]) -> dict[str, Command]:
     """Lock several commands of already locked runs in one statement, in (run, seq) order;
     404 if one does not exist. The caller checks that each belongs to the run it locked.
     For batch settles, which read states, not what a command says: `payload` (a turn's
-    whole text) is deferred, not decoded."""
+    whole text) is deferred, not decoded. Raw, as `lock_runs`."""
     wanted = sorted(set(command_ids))
-    locked = (
-        Command.objects.select_for_update()
-        .filter(pk__in=wanted)
-        .defer("payload")
-        .order_by("run_id", "seq")
+    shape = model_rows(Command, deferred=("payload",))
+    sql = (
+        f"SELECT {shape.columns} FROM agentrun_commands WHERE id = ANY(%s)"  # noqa: S608
+        " ORDER BY run_id, seq FOR UPDATE"
     )
-    commands = {command.id: command for command in locked}
+    commands = {command.id: command for command in shape.build(fetch_rows(sql, [wanted]))}
     for command_id in wanted:
         if command_id not in commands:
             raise not_found("command", command_id)

@@ -13,9 +13,9 @@ For one batch:
 3. over capacity, or over its tenant's share of it (`capacity`) → the intent is given
    back, due after a short wait, its attempt not counted; a launch error → retry with
    backoff, or terminalise after the last attempt;
-4. each claim is launched with its runner key, issued in the claim's transaction (one
-   INSERT for the batch, so one commit before the first launch); a claim that is not
-   launched gets its key revoked;
+4. each claim is launched with its runner key, written by the claim's own statement (one
+   autocommitted round trip before the first launch); a claim that is not launched gets
+   its key revoked;
 5. the launched intents are completed in one set-based transaction; a claim refused as
    stale (its run was cancelled meanwhile) gets its launch aborted and its key revoked.
 

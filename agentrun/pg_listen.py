@@ -119,6 +119,9 @@ class ChannelListener:
         self.listening = threading.Event()  # set while the LISTEN holds (tests wait on it)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    def listens_to(self, channel: str) -> bool:
+        return channel in self._drainers
+
     def start(self) -> None:
         for drainer in self._drainers.values():
             drainer.start()
@@ -188,6 +191,14 @@ def register_worker_drain(drain: WorkerDrain) -> None:
         signals.worker_ready.connect(_on_worker_ready, weak=False)
         signals.worker_shutdown.connect(_on_worker_shutdown, weak=False)
     _drains.append(drain)
+
+
+def listening_on(channel: str) -> bool:
+    """True while this worker process's listener holds its LISTEN on `channel`: every
+    notification on it committed from now on reaches this process's drain (and anything
+    committed while it reconnected is drained after the reconnection)."""
+    listener = _listener
+    return listener is not None and listener.listening.is_set() and listener.listens_to(channel)
 
 
 def _consumed_queues(consumer: Any) -> set[str]:

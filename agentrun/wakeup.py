@@ -34,10 +34,16 @@ logger = logging.getLogger(__name__)
 
 class Waker:
     def __init__(
-        self, *, task: TaskName | str, enabled: Callable[[], bool], queue: str | None = None
+        self,
+        *,
+        task: TaskName | str,
+        enabled: Callable[[], bool],
+        queue: str | None = None,
+        trigger: str = "commit",
     ) -> None:
         # `enabled` is a `conf` accessor, read at each wake-up so a test's override applies.
-        self.task, self.enabled = TaskName(task), enabled
+        # `trigger` is the task's argument: what woke it (a task may act on it).
+        self.task, self.enabled, self.trigger = TaskName(task), enabled, trigger
         self.queue = queue or TASK_QUEUES[self.task].value  # its route, unless told
         self._lock = threading.Lock()
         self._queued = False
@@ -52,7 +58,7 @@ class Waker:
             if self._queued:
                 return
             self._queued = True
-        executor.submit(self._send, "commit")
+        executor.submit(self._send, self.trigger)
 
     def continue_burst(self) -> None:
         """From a task whose batch came back full: queue one more batch, not coalesced.
@@ -72,7 +78,7 @@ class Waker:
         return self._sender[1]
 
     def _send(self, trigger: str) -> None:
-        if trigger == "commit":
+        if trigger != "continue":
             with self._lock:
                 self._queued = False  # a commit from now on queues another wake-up after this
         try:

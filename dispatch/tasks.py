@@ -10,8 +10,10 @@ from celery import shared_task
 
 from agentrun import conf
 from agentrun.leases import lease_owner
+from agentrun.pg_listen import listening_on
 from agentrun.task_queues import TaskName
-from dispatch.services.launch import dispatch_batch
+from dispatch.listener import DISPATCH_CHANNEL
+from dispatch.services.launch import DispatchCounts, dispatch_batch
 from dispatch.services.reconcile import reconcile_runner_jobs
 from dispatch.wakeup import continue_dispatch
 from runs.services.reaper import reap_expired_leases
@@ -22,7 +24,15 @@ def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     """Claim and dispatch one batch. `trigger` (`commit` or `beat`) is recorded in the
     lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
     full batch queues its follow-up, so a burst drains without waiting for beat, with as
-    many batches in flight as began it."""
+    many batches in flight as began it.
+
+    A worker whose listener holds its LISTEN leaves a `commit` wake-up to it: the same
+    commit's notification woke the listener, which drains until a batch comes back short,
+    and a claim here would only race it for the same rows on a fresh connection (bench
+    cell 4, deployed: p50 15.3 / 16.2 ms with these claims, 12.2 / 12.2 without). The cost:
+    a notification lost on a connection that died unnoticed waits for the beat (5 s)."""
+    if trigger == "commit" and listening_on(DISPATCH_CHANNEL):
+        return DispatchCounts().as_dict()
     counts = dispatch_batch(owner=lease_owner("dispatch", tag=trigger))
     if counts.claimed >= conf.dispatch_batch_size():
         continue_dispatch()

@@ -26,7 +26,7 @@ from agentrun.ids import new_id
 from dispatch.locks import lock_intent
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.services.failures import intent_phase
-from dispatch.wakeup import wake_dispatcher
+from dispatch.wakeup import wake_dispatcher_for_due
 from runs.locks import lock_command, lock_run, lock_runner_job
 from runs.models import RunnerJob
 from runs.phases import Phase
@@ -103,5 +103,5 @@ def relaunch_unstarted_job(*, job: RunnerJob, job_state: str) -> bool:
             },
         )
         if delay <= 0:
-            transaction.on_commit(wake_dispatcher)
+            transaction.on_commit(wake_dispatcher_for_due)
     return True

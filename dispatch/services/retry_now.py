@@ -20,7 +20,7 @@ from agentrun.errors import not_found
 from dispatch.locks import lock_intent
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.services.failures import intent_phase
-from dispatch.wakeup import wake_dispatcher
+from dispatch.wakeup import wake_dispatcher_for_due
 from runs.locks import lock_run
 from runs.models import Run
 from runs.phases import Phase
@@ -55,7 +55,7 @@ def retry_intent_now(*, intent_id: str, requested_by: str) -> RetryNow:
         refusal = _refusal(run, intent)
         if refusal is None:
             _make_due_locked(run, intent, requested_by=requested_by)
-            transaction.on_commit(wake_dispatcher)
+            transaction.on_commit(wake_dispatcher_for_due)
     return RetryNow(intent, changed=refusal is None, reason=refusal or "due now")
 
 

@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from agentrun import pg_listen
+from agentrun.pg_listen import ChannelListener
+from dispatch.listener import DISPATCH_CHANNEL
 from dispatch.models import RunnerDispatchIntent
+from dispatch.tasks import dispatch_batch_task
 from runs.models import Backend
 from tests.dispatch.helpers import make_dispatch_command
 from tests.dispatch.test_celery_worker import (
@@ -62,3 +66,28 @@ def test_a_listening_worker_claims_a_committed_intent_without_the_broker(
         )
     triggers = Counter(_dispatcher(command).rsplit(":", 1)[1] for command in burst)
     assert triggers == {"listen": 23}, triggers
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_listening_worker_leaves_a_commit_wake_up_to_its_listener(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An insert's wake-up (`commit`) claims nothing in a worker whose listener holds its
+    LISTEN (the same commit's notification woke the listener); a `due` wake-up (retry now,
+    relaunch: an UPDATE, no NOTIFY) still dispatches, and so does `commit` once the
+    listener has lost its connection."""
+    settings.AGENTRUN_EXTRA_LAUNCHERS = {"recording": "tests.dispatch.helpers.RecordingLauncher"}
+    settings.AGENTRUN_LAUNCH_PROFILES = {"recording": {"launcher": "recording"}}
+    Backend.objects.filter(profile="scripted").update(capacity={})
+    listener = ChannelListener(drains={DISPATCH_CHANNEL: lambda: None}, name="test-listener")
+    listener.listening.set()  # as after its LISTEN (never started: no thread, no connection)
+    monkeypatch.setattr(pg_listen, "_listener", listener)
+
+    first, second = (make_dispatch_command(dispatch={"launch_profile": "recording"}) for _ in "ab")
+    assert dispatch_batch_task("commit")["claimed"] == 0
+    assert not _dispatched(first) and not _dispatched(second)
+    assert dispatch_batch_task("due")["dispatched"] == 2
+    third = make_dispatch_command(dispatch={"launch_profile": "recording"})
+    listener.listening.clear()
+    assert dispatch_batch_task("commit")["dispatched"] == 1
+    assert _dispatcher(third).endswith(":commit")

@@ -30,12 +30,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import Model
 from psycopg.types.json import Jsonb
+
+from agentrun.raw_sql import RowWrite, mark_inserted, write_ctes
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
 # Sent after an append that wrote Kafka outbox records committed (payload: a partition key
@@ -213,15 +214,6 @@ SELECT 1
 """
 
 
-@dataclass(frozen=True)
-class RowWrite:
-    """A locked row's changed columns, written from the instance's values; without
-    `fields`, a new row inserted with all of them."""
-
-    row: Model
-    fields: tuple[str, ...] | None = None
-
-
 def end_run(
     *, run: Model, writes: list[RowWrite], intent_reasons: dict[str, str], reason: str
 ) -> None:
@@ -230,53 +222,10 @@ def end_run(
     or else `reason`, its lease row deleted and its runner keys revoked. Needs the
     caller's transaction and the run's and the written commands' row locks."""
     now = getattr(run, "updated_at")  # noqa: B009 (the run's end time, set by the caller)
-    parts, params = [], []
-    for index, write in enumerate(writes):
-        sql, values = _update_row_sql(write)
-        parts.append(f"w{index} AS ({sql})")
-        params += values
+    ctes, params = write_ctes(writes)
     errors = {key: {"reason": why, "fenced": True} for key, why in intent_reasons.items()}
     params += [INTENT_CANCELLED, now, Jsonb(errors), Jsonb({"reason": reason, "fenced": True})]
     params += [run.pk, list(OPEN_INTENT_STATES), run.pk, now, run.pk]
     with connection.cursor() as cursor:
-        cursor.execute("WITH " + "".join(f"{part},\n" for part in parts) + _END_RUN_TAIL, params)
-    for write in writes:
-        if write.fields is None:  # the row exists now, as after the ORM's insert
-            write.row._state.adding = False
-            write.row._state.db = connection.alias
-
-
-def _update_row_sql(write: RowWrite) -> tuple[str, list[Any]]:
-    """`UPDATE <table> SET <fields> = %s… WHERE <pk> = %s` (or, without fields, `INSERT INTO
-    <table> (<every column>) VALUES (%s…)`) and its parameters, the values prepared by the
-    model fields as the ORM's `save()` prepares them."""
-    model = type(write.row)
-    sql, fields = _update_shape(model, write.fields) if write.fields else _insert_shape(model)
-    values = [
-        field.get_db_prep_save(getattr(write.row, field.attname), connection) for field in fields
-    ]
-    return sql, values + ([write.row.pk] if write.fields else [])
-
-
-@cache
-def _insert_shape(model: type[Model]) -> tuple[str, list[Field[Any, Any]]]:
-    fields = list(model._meta.concrete_fields)
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(str(field.column)) for field in fields)
-    holes = ", ".join(["%s"] * len(fields))
-    # Column and table names come from the model, never from input.
-    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({holes})"  # noqa: S608
-    return sql, fields
-
-
-@cache
-def _update_shape(model: type[Model], names: tuple[str, ...]) -> tuple[str, list[Field[Any, Any]]]:
-    fields = [model._meta.get_field(name) for name in names]
-    concrete = [field for field in fields if isinstance(field, Field) and field.concrete]
-    assert len(concrete) == len(fields) and not any(field.primary_key for field in concrete)
-    quote = connection.ops.quote_name
-    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in concrete)
-    pk = quote(str(model._meta.pk.column))
-    # Column and table names come from the model, never from input.
-    sql = f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s"  # noqa: S608
-    return sql, concrete
+        cursor.execute(f"WITH {ctes},\n{_END_RUN_TAIL}", params)
+    mark_inserted([write.row for write in writes if write.fields is None])

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentrun.ids import new_id
+from agentrun.raw_sql import RowWrite
 from dispatch import intents
 from queues import projection as queue_projection
 from runs.control_models import CancelRequest, CancelStage
@@ -35,7 +36,6 @@ from runs.services.terminal import (
     release_claim_locked,
     terminalize_run_locked,
 )
-from runs.sql import RowWrite
 from sessions import projection
 
 if TYPE_CHECKING:

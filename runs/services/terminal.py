@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
+from agentrun.raw_sql import RowWrite
 from agentrun.redaction import redact_text
 from queues import projection as queue_projection
 from runs.models import RUN_OUTCOME_FIELDS, Command, CommandState, Lease, Run, RunStatus
 from runs.phases import Phase
 from runs.services.approvals import resolve_pending_approvals_locked
 from runs.services.event_log import PendingEvents, collecting, fence_runner_write
-from runs.sql import RowWrite, end_run
+from runs.sql import end_run
 from sessions import projection
 
 if TYPE_CHECKING:

@@ -33,6 +33,7 @@ from django.utils import timezone
 from agentrun.errors import AgentRunError, conflict, not_found
 from agentrun.hashing import stable_hash
 from agentrun.locks import LockKey, advisory_xact_lock
+from agentrun.row_inserts import collecting_inserts
 from agentrun.tenancy import Scope
 from dispatch import intents
 from dispatch.selectors import intent_of
@@ -84,7 +85,9 @@ def admit_turn_locked(*, request: TurnRequest) -> Admission:
             backend=request.spec.backend_profile,
         )
     events = PendingEvents()
-    with collecting_session_writes():
+    # The new rows (run, command, intent) go in one statement at the end of the inner
+    # block, before the session row that points at them and their run's events.
+    with collecting_session_writes(), collecting_inserts():
         admission = _admit_locked(request, observed, events)
     events.append_locked()
     return admission

@@ -13,7 +13,11 @@ those modules do with the connection is the same, and is spelled here once.
 - `row_write_sql` is one model instance's write (its changed columns, or the new row) as
   a statement to put in a data-modifying CTE, so that the writes of one step go in one
   round trip (`runs.sql.end_run`, `agentrun.row_inserts`); the values are prepared by the
-  model fields, as the ORM's `save()` prepares them.
+  model fields, as the ORM's `save()` prepares them;
+- `read_models` reads whole rows of a model into instances (`Model.from_db`), the
+  statement's text built once per model: a row lock or a read on a hot path costs a
+  round trip, not ~1 ms of query compilation (issue 18). A lock's `FOR UPDATE` is spelled
+  by the caller, in its app's `locks.py`.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import Field, Model
 
 Params = Mapping[str, Any] | Sequence[Any]
+M = TypeVar("M", bound=Model)
 
 
 def fetch_rows(sql: str, params: Params) -> list[tuple[Any, ...]]:
@@ -116,3 +121,35 @@ def _update_shape(model: type[Model], names: tuple[str, ...]) -> tuple[str, list
     # Column and table names come from the model, never from input.
     sql = f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s"  # noqa: S608
     return sql, concrete
+
+
+def read_models(model: type[M], tail: str, params: Params) -> list[M]:
+    """`SELECT <every column> FROM <table> <tail>` (a `WHERE …`, an `ORDER BY`, a lock
+    clause: the caller's text, never input), each row read into an instance."""
+    columns, names, converters = _select_shape(model)
+    # Column and table names come from the model; `tail` is the caller's own text.
+    sql = f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)} {tail}"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    found = []
+    for row in rows:
+        values = list(row)
+        for index, convert in converters:
+            values[index] = convert(values[index], None, connection)
+        found.append(model.from_db(connection.alias, names, values))
+    return found
+
+
+@cache
+def _select_shape(model: type[Model]) -> tuple[str, list[str], list[tuple[int, Any]]]:
+    """The columns of a whole row, their attribute names, and the converters of the fields
+    that convert the database's value (the JSON columns arrive as text)."""
+    fields = model._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
+    converters = [
+        (index, field.from_db_value)
+        for index, field in enumerate(fields)
+        if hasattr(field, "from_db_value")
+    ]
+    return columns, [field.attname for field in fields], converters

@@ -49,6 +49,7 @@ from sessions.models import Session
 from sessions.projection import check_boundary
 from sessions.services.stale import terminalize_stale_turn_locked, turn_is_stale
 from sessions.session_writes import collecting_session_writes
+from sessions.sql import read_session
 from sessions.turn_queue import turn_queue
 from sessions.turns import Admission, TurnRequest
 
@@ -76,7 +77,7 @@ def admit_turn_locked(*, request: TurnRequest) -> Admission:
     the active turn's run and command, the session row. The session row is written once
     and the events of every run it writes (the interrupted or stale turn's, the new
     turn's) are appended together, at the end, in that order."""
-    observed = Session.objects.filter(pk=request.session_id).first()
+    observed = read_session(request.session_id)
     if observed is not None:
         check_boundary(
             observed,

@@ -33,10 +33,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Model
 from psycopg.types.json import Jsonb
 
 from agentrun.raw_sql import RowWrite, mark_inserted, write_ctes
+from runs.models import Run
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
 # Sent after an append that wrote Kafka outbox records committed (payload: a partition key
@@ -193,10 +193,27 @@ def notify_runs_changed(
 # The run and command rows are locked by the caller already; the intent, lease and key
 # rows are locked by this statement, after them, as the lock order wants.
 
-# `dispatch.models.OPEN_INTENT_STATES` and `IntentState.CANCELLED` (runs may import dispatch
-# only through its projection module; tests/runs/test_run_end_statement.py pins them equal).
+# The statement also reads what the run's end asks of the queue next (`queues.projection
+# .on_run_terminal_locked`): the task of the run's first attempt and whether its session has
+# queued turns (`queues.selectors.task_and_queued_turns_of`, its own round trip and ~1.5 ms
+# of ORM CPU before). It reads no row the statement writes.
+
+# `dispatch.models.OPEN_INTENT_STATES`, `IntentState.CANCELLED`, `queues.models.TaskState
+# .PENDING` (runs may import those apps only through their projection modules;
+# tests/runs/test_run_end_statement.py pins them equal).
 OPEN_INTENT_STATES = ("pending", "retry", "dispatching")
 INTENT_CANCELLED = "cancelled"
+TASK_PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class QueueOfRun:
+    """What `end_run` read of the queue: the task of the run's first attempt (None when
+    none), whether the run's session has queued turns (False without a session)."""
+
+    attempt_task_id: str | None
+    queued_turns: bool
+
 
 _END_RUN_TAIL = """\
 intents AS (
@@ -210,22 +227,30 @@ keys AS (
   UPDATE agentrun_api_keys SET revoked_at = %s
   WHERE run_id = %s AND role = 'runner' AND revoked_at IS NULL
 )
-SELECT 1
+SELECT (SELECT a.task_id FROM agentrun_queue_attempts a WHERE a.run_id = %s
+        ORDER BY a.task_id, a.attempt_id LIMIT 1),
+       EXISTS (SELECT 1 FROM agentrun_queue_tasks t
+               WHERE t.tenant_id = %s AND t.state = %s
+                 AND t.session_ref ->> 'session_id' = %s)
 """
 
 
 def end_run(
-    *, run: Model, writes: list[RowWrite], intent_reasons: dict[str, str], reason: str
-) -> None:
+    *, run: Run, writes: list[RowWrite], intent_reasons: dict[str, str], reason: str
+) -> QueueOfRun:
     """Write the end of a locked run in one statement (see above): `writes` (the run's own
     first, then its commands'), its open intents fenced with `intent_reasons[command id]`
-    or else `reason`, its lease row deleted and its runner keys revoked. Needs the
-    caller's transaction and the run's and the written commands' row locks."""
-    now = getattr(run, "updated_at")  # noqa: B009 (the run's end time, set by the caller)
+    or else `reason`, its lease row deleted and its runner keys revoked; returns what it
+    read of the queue. Needs the caller's transaction and the run's and the written
+    commands' row locks."""
+    now = run.updated_at  # the run's end time, set by the caller
     ctes, params = write_ctes(writes)
     errors = {key: {"reason": why, "fenced": True} for key, why in intent_reasons.items()}
     params += [INTENT_CANCELLED, now, Jsonb(errors), Jsonb({"reason": reason, "fenced": True})]
     params += [run.pk, list(OPEN_INTENT_STATES), run.pk, now, run.pk]
+    params += [run.pk, run.tenant_id, TASK_PENDING, run.session_id]
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {ctes},\n{_END_RUN_TAIL}", params)
+        task_id, queued = cursor.fetchone()
     mark_inserted([write.row for write in writes if write.fields is None])
+    return QueueOfRun(task_id, bool(queued))

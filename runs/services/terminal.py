@@ -129,7 +129,7 @@ def terminalize_run_locked(
     with collecting(events) as events:
         fields = _set_terminal_status(run, result=result)
         # The run's columns, its commands', its intents, lease and keys: one statement.
-        end_run(
+        queue = end_run(
             run=run,
             writes=[RowWrite(run, (*fields, *ending.run_fields)), *ending.commands],
             intent_reasons=ending.intent_reasons,
@@ -144,7 +144,8 @@ def terminalize_run_locked(
             "terminal_status",
             {**result.as_payload(), **(detail or {})},
         )
-    queue_projection.on_run_terminal_locked(run)  # run → task lock order: the task comes last
+    # run → task lock order: the task comes last
+    queue_projection.on_run_terminal_locked(run, read=(queue.attempt_task_id, queue.queued_turns))
 
 
 @dataclass

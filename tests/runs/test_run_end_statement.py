@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
+from queues.models import TaskState
 from runs import sql
 from runs.control_models import CancelRequest
 from runs.models import Command, Lease, Run
@@ -22,9 +23,10 @@ from tests.builders import make_claimed_run
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_the_statement_spells_the_intent_states_as_dispatch_does() -> None:
+def test_the_statement_spells_the_states_as_dispatch_and_queues_do() -> None:
     assert tuple(OPEN_INTENT_STATES) == sql.OPEN_INTENT_STATES
     assert sql.INTENT_CANCELLED == IntentState.CANCELLED
+    assert sql.TASK_PENDING == TaskState.PENDING
 
 
 def test_a_run_cancel_writes_its_request_mark_commands_and_intents() -> None:

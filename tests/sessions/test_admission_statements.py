@@ -27,7 +27,10 @@ locks the active run's commands once, with the run: interrupt 25 → 17, stale t
 replaced 22 → 19, session cancel 20 → 13. And a new turn's run, command and dispatch
 intent are inserted in one statement at the end of the admission (`agentrun.row_inserts`;
 a new run's first command needs no `MAX(seq)` read): created 16 → 13, created on an ended
-session 13 → 10, interrupt 17 → 14, stale turn replaced 19 → 16.
+session 13 → 10, interrupt 17 → 14, stale turn replaced 19 → 16. That statement also
+reads the run's queue task and its session's queued turns (the run's end asked them in a
+query of their own): interrupt 14 → 13, stale turn replaced 16 → 15, session cancel
+13 → 12.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ def count(sqls: list[str], start: str) -> int:
 
 
 def session_locks(sqls: list[str]) -> int:
-    return sum(sql.startswith('SELECT "agentrun_sessions"') and "FOR UPDATE" in sql for sql in sqls)
+    return sum(
+        sql.startswith("SELECT") and 'FROM "agentrun_sessions"' in sql and "FOR UPDATE" in sql
+        for sql in sqls
+    )
 
 
 def writes_session_once(sqls: list[str]) -> bool:
@@ -108,7 +114,7 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 14, sqls
+    assert len(sqls) == 13, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
     # the request, inserted once (in the statement that ends the run), never updated
     assert sum('INSERT INTO "agentrun_cancel_requests"' in sql for sql in sqls) == 1
@@ -133,7 +139,7 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 16, sqls
+    assert len(sqls) == 15, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
@@ -180,5 +186,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 13, sqls
+    assert len(sqls) == 12, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

@@ -9,12 +9,8 @@ change columns that other writers read under the same lock, and the seed takes p
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
-
-from django.db import connection
-
 from agentrun.errors import not_found
+from agentrun.raw_sql import read_models
 from runs.control_models import Approval, ApprovalState
 from runs.models import Command, Run, RunnerJob
 
@@ -22,36 +18,13 @@ from runs.models import Command, Run, RunnerJob
 def lock_run(run_id: str) -> Run:
     """`SELECT … FOR UPDATE` the run; 404 if it does not exist. Serialises all run writes.
 
-    Raw SQL, read into a model with `Run.from_db`: every run write starts here (an append,
-    a heartbeat, a finish), and the ORM's compilation of this one statement was ~0.4 ms of
+    Raw SQL (`agentrun.raw_sql.read_models`): every run write starts here (an append, a
+    heartbeat, a finish), and the ORM's compilation of this one statement was ~0.4 ms of
     CPU per call, as much as the rest of an append (bench cell 1, issue 18)."""
-    sql, names, converters = _run_row_shape()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
-        row = cursor.fetchone()
-    if row is None:
+    found = read_models(Run, "WHERE id = %s FOR UPDATE", [run_id])
+    if not found:
         raise not_found("run", run_id)
-    values = list(row)
-    for index, convert in converters:
-        values[index] = convert(values[index], None, connection)
-    return Run.from_db(connection.alias, names, values)
-
-
-@cache
-def _run_row_shape() -> tuple[str, list[str], list[tuple[int, Any]]]:
-    """The run lock's statement, its columns' attribute names and the fields' converters
-    from the database value (the JSON columns arrive as text)."""
-    fields = Run._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
-    table = connection.ops.quote_name(Run._meta.db_table)
-    # Column and table names come from the model, never from input.
-    sql = f"SELECT {columns} FROM {table} WHERE id = %s FOR UPDATE"  # noqa: S608
-    converters = [
-        (index, field.from_db_value)
-        for index, field in enumerate(fields)
-        if hasattr(field, "from_db_value")
-    ]
-    return sql, [field.attname for field in fields], converters
+    return found[0]
 
 
 def lock_runs(run_ids: list[str]) -> dict[str, Run]:
@@ -67,8 +40,9 @@ def lock_runs(run_ids: list[str]) -> dict[str, Run]:
 
 
 def lock_run_commands(run: Run) -> list[Command]:
-    """Lock every command of a locked run, in seq order (finish and cancel touch them all)."""
-    return list(Command.objects.select_for_update().filter(run=run).order_by("seq"))
+    """Lock every command of a locked run, in seq order (finish and cancel touch them all).
+    Raw, as `lock_run`: an interrupting turn admission locks them (bench cell 9)."""
+    return read_models(Command, "WHERE run_id = %s ORDER BY seq FOR UPDATE", [run.id])
 
 
 def lock_command(command_id: str, *, run: Run) -> Command:

@@ -25,16 +25,59 @@ def lock_run(run_id: str) -> Run:
     Raw SQL, read into a model with `Run.from_db`: every run write starts here (an append,
     a heartbeat, a finish), and the ORM's compilation of this one statement was ~0.4 ms of
     CPU per call, as much as the rest of an append (bench cell 1, issue 18)."""
-    sql, names, converters = _run_row_shape()
+    run = _locked_run(_run_row_shape()[0], [run_id])
+    if run is None:
+        raise not_found("run", run_id)
+    return run
+
+
+def _locked_run(sql: str, params: list[str]) -> Run | None:
+    _, names, converters = _run_row_shape()
     with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
-        raise not_found("run", run_id)
+        return None
     values = list(row)
     for index, convert in converters:
         values[index] = convert(values[index], None, connection)
     return Run.from_db(connection.alias, names, values)
+
+
+class KeyDoesNotHoldRun(Exception):
+    """`lock_run_for_runner_key` found no run that the key may write: the run is missing or
+    the key is unknown, revoked, expired or another run's. Nothing was written; the caller
+    authenticates the ordinary way to answer which (a 401, 404 or 429)."""
+
+
+def lock_run_for_runner_key(run_id: str, *, key_digest: str) -> Run:
+    """`lock_run`, in the same statement checking that `key_digest` is a live runner key of
+    this very run (not revoked, not expired, same tenant); `KeyDoesNotHoldRun` otherwise,
+    whether the run is missing or the key does not hold it. Saves the runner's hot write
+    the key lookup's round trip (bench cell 2, issue 18) without caching keys: a revocation
+    committed before this statement starts is seen, as by the ordinary lookup, which also
+    ran before the lock wait (a run's terminal transaction revokes its keys and ends it, and
+    an ended run refuses the write: `runs.services.fencing`). Only the run row is locked:
+    the key is read in a subquery, not joined."""
+    run = _locked_run(_run_lock_for_key_sql(), [run_id, key_digest])
+    if run is None:
+        raise KeyDoesNotHoldRun(run_id)
+    return run
+
+
+@cache
+def _run_lock_for_key_sql() -> str:
+    """The run lock's statement with the runner key's conditions of `ApiKeyAuthentication`
+    (live, not revoked) and its scope (role runner, this run, this tenant) as an EXISTS."""
+    holds = (
+        " AND EXISTS (SELECT 1 FROM agentrun_api_keys k WHERE k.key_digest = %s"
+        " AND k.role = 'runner' AND k.run_id = agentrun_runs.id"
+        " AND k.tenant_id = agentrun_runs.tenant_id AND k.revoked_at IS NULL"
+        " AND (k.expires_at IS NULL OR k.expires_at > now()))"
+    )
+    sql = _run_row_shape()[0]
+    assert sql.endswith(" FOR UPDATE") and ' FROM "agentrun_runs" ' in sql
+    return sql.removesuffix(" FOR UPDATE") + holds + " FOR UPDATE"
 
 
 @cache

@@ -27,6 +27,37 @@ def lock_run(run_id: str) -> Run:
     return found[0]
 
 
+class KeyDoesNotHoldRun(Exception):
+    """`lock_run_for_runner_key` found no run that the key may write: the run is missing or
+    the key is unknown, revoked, expired or another run's. Nothing was written; the caller
+    authenticates the ordinary way to answer which (a 401, 404 or 429)."""
+
+
+def lock_run_for_runner_key(run_id: str, *, key_digest: str) -> Run:
+    """`lock_run`, in the same statement checking that `key_digest` is a live runner key of
+    this very run (not revoked, not expired, same tenant); `KeyDoesNotHoldRun` otherwise,
+    whether the run is missing or the key does not hold it. Saves the runner's hot write
+    the key lookup's round trip (bench cell 2, issue 18) without caching keys: a revocation
+    committed before this statement starts is seen, as by the ordinary lookup, which also
+    ran before the lock wait (a run's terminal transaction revokes its keys and ends it, and
+    an ended run refuses the write: `runs.services.fencing`). Only the run row is locked:
+    the key is read in a subquery, not joined."""
+    found = read_models(Run, f"WHERE id = %s{_KEY_HOLDS_RUN} FOR UPDATE", [run_id, key_digest])
+    if not found:
+        raise KeyDoesNotHoldRun(run_id)
+    return found[0]
+
+
+# The key's conditions are `ApiKeyAuthentication`'s (live, not revoked) and its scope (role
+# runner, this run, this tenant).
+_KEY_HOLDS_RUN = (
+    " AND EXISTS (SELECT 1 FROM agentrun_api_keys k WHERE k.key_digest = %s"
+    " AND k.role = 'runner' AND k.run_id = agentrun_runs.id"
+    " AND k.tenant_id = agentrun_runs.tenant_id AND k.revoked_at IS NULL"
+    " AND (k.expires_at IS NULL OR k.expires_at > now()))"
+)
+
+
 def lock_runs(run_ids: list[str]) -> dict[str, Run]:
     """Lock several runs in one statement, in id order (so that two batches over the same
     runs queue instead of deadlocking); 404 if one does not exist. For batch settles."""

@@ -7,8 +7,10 @@ Views stay thin (validate → one service or selector → serialize); these help
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Sequence
 from typing import Any, TypeVar
 
+from django.db import models
 from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -45,6 +47,20 @@ def created_or_replayed(instance: Any, serializer_class: type[Any], created: boo
     """201 for a new object, 200 for an idempotent replay of an existing one."""
     code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
     return Response(serializer_class(instance).data, status=code)
+
+
+def row_fields(
+    model: type[models.Model], *, hide: Collection[str] = (), then: Sequence[str] = ()
+) -> list[str]:
+    """A `ModelSerializer`'s `fields` for an output that shows its row whole: every column of
+    `model` in the model's order (a foreign key by its `_id` name), less `hide`, then the
+    computed fields `then`. One list per model instead of a copy of its columns in every
+    output; a column added later is shown too, so what a tenant must not see goes in `hide`
+    (tests/api/test_output_fields.py pins each output's keys, so a new one is a decision)."""
+    unknown = set(hide) - {field.attname for field in model._meta.concrete_fields}
+    assert not unknown, f"{model.__name__} has no column {sorted(unknown)}"
+    columns = [field.attname for field in model._meta.concrete_fields]
+    return [name for name in columns if name not in hide] + list(then)
 
 
 def tenant_for_write(api_key: ApiKey, tenant_id: str | None) -> str:

@@ -132,6 +132,24 @@ def revoke_run_keys_locked(run_id: str) -> int:
     ).update(revoked_at=timezone.now())
 
 
+def _bearer_token(request: Request) -> str:
+    header = authentication.get_authorization_header(request).decode("latin-1")
+    return header.partition(" ")[2].strip() if header.lower().startswith("bearer ") else ""
+
+
+def unchecked_runner_key_digest(request: Request) -> str | None:
+    """The digest of the request's bearer key when it reads as a runner key (its prefix,
+    which proves nothing), for a write that checks the key in its own first statement
+    instead of in a lookup before it (`runs.locks.lock_run_for_runner_key`: revoked,
+    expired and other runs' keys match no row there). None: authenticate the ordinary
+    way. The throttle is asked first, as `ApiKeyAuthentication` does."""
+    token = _bearer_token(request)
+    if not token.startswith(f"{KEY_PREFIX}_{ApiKeyRole.RUNNER}_"):
+        return None
+    throttle.refuse_if_throttled(request)
+    return secret_digest(token)
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 

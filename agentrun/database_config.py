@@ -21,9 +21,9 @@ def default_database(
     statement_timeout_ms: int,
     idle_in_transaction_timeout_ms: int,
 ) -> dict[str, Any]:
-    # Health checks: a connection is tested (one empty round trip) before it is lent, so one
-    # that the server closed while it sat idle (a restart, pg_terminate_backend) is replaced
-    # instead of failing the request that drew it.
+    # Health checks: a connection is tested before it is lent (unpooled: one empty round
+    # trip; pooled: agentrun/pooled_db), so one that the server closed while it sat idle (a
+    # restart, pg_terminate_backend) is replaced instead of failing the request that drew it.
     database: dict[str, Any] = dict(
         dj_database_url.parse(url or "postgres:///", conn_max_age=0, conn_health_checks=True)
     )
@@ -48,6 +48,10 @@ def default_database(
             # do not stay open for ever on a shared server.
             "max_idle": 60,
         }
+        # The lent connection is tested by its socket, not by a round trip per request
+        # (agentrun/pooled_db says why); psycopg_pool's own test is the round trip.
+        database["ENGINE"] = "agentrun.pooled_db"
+        database["CONN_HEALTH_CHECKS"] = False
     options["options"] = (
         f"-c statement_timeout={statement_timeout_ms} "
         f"-c idle_in_transaction_session_timeout={idle_in_transaction_timeout_ms}"

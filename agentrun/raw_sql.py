@@ -10,21 +10,29 @@ those modules do with the connection is the same, and is spelled here once.
 - `json_param` is the spelling of a batch bound as one JSON text: the connection binds
   parameters client side, and quoting one string costs less than quoting thousands of
   array elements (measured on the relay's and the writer's batches);
-- `model_rows` reads whole rows of a model from a raw statement into instances.
+- `row_write_sql` is one model instance's write (its changed columns, or the new row) as
+  a statement to put in a data-modifying CTE, so that the writes of one step go in one
+  round trip (`runs.sql.end_run`, `agentrun.row_inserts`); the values are prepared by the
+  model fields, as the ORM's `save()` prepares them;
+- `read_models` reads whole rows of a model into instances (`Model.from_db`), the
+  statement's text built once per model: a row lock or a read on a hot path costs a
+  round trip, not ~1 ms of query compilation (issue 18). A lock's `FOR UPDATE` is spelled
+  by the caller, in its app's `locks.py`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Field, Model
 
 Params = Mapping[str, Any] | Sequence[Any]
+M = TypeVar("M", bound=Model)
 
 
 def fetch_rows(sql: str, params: Params) -> list[tuple[Any, ...]]:
@@ -47,40 +55,106 @@ def json_param(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class ModelRows:
-    """How a raw statement reads whole rows of one model: the column list to select and
-    how to build instances from the rows, as the ORM would (`Model.from_db`, each field's
-    `from_db_value`: JSON columns arrive as text). For hot reads whose ORM compilation cost
-    more than their round trip (the run lock, a batch settle's locks; bench cells 1, 3)."""
+class RowWrite:
+    """A locked row's changed columns, written from the instance's values; without
+    `fields`, a new row inserted with all of them."""
 
-    model: type[Model]
-    columns: str  # quoted, in the model's field order, for `SELECT {columns} FROM …`
-    attnames: list[str]
-    converters: list[tuple[int, Any]]
+    row: Model
+    fields: tuple[str, ...] | None = None
 
-    def build(self, rows: Sequence[Sequence[Any]]) -> list[Any]:
-        built = []
-        for row in rows:
-            values = list(row)
-            for index, convert in self.converters:
-                values[index] = convert(values[index], None, connection)
-            built.append(self.model.from_db(connection.alias, self.attnames, values))
-        return built
+
+def row_write_sql(write: RowWrite) -> tuple[str, list[Any]]:
+    """`UPDATE <table> SET <fields> = %s… WHERE <pk> = %s` (without fields, `INSERT INTO
+    <table> (<every column>) VALUES (%s…)`) and its parameters."""
+    model = type(write.row)
+    if write.fields:
+        sql, fields = _update_shape(model, write.fields)
+        values = [getattr(write.row, field.attname) for field in fields]
+    else:
+        sql, fields = _insert_shape(model)
+        values = [field.pre_save(write.row, add=True) for field in fields]
+    params = [
+        field.get_db_prep_save(value, connection)
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return sql, params + ([write.row.pk] if write.fields else [])
+
+
+def write_ctes(writes: Sequence[RowWrite]) -> tuple[str, list[Any]]:
+    """`w0 AS (<write>), w1 AS (…)`: the writes as the CTEs of one statement, and their
+    parameters in order."""
+    parts, params = [], []
+    for index, write in enumerate(writes):
+        sql, values = row_write_sql(write)
+        parts.append(f"w{index} AS ({sql})")
+        params += values
+    return ",\n".join(parts), params
+
+
+def mark_inserted(rows: Iterable[Model]) -> None:
+    """The rows a raw statement inserted exist now, as after the ORM's insert (a later
+    `save()` updates them)."""
+    for row in rows:
+        row._state.adding = False
+        row._state.db = connection.alias
 
 
 @cache
-def model_rows(model: type[Model], *, deferred: tuple[str, ...] = ()) -> ModelRows:
-    """The `ModelRows` of `model`, without the `deferred` fields (left unloaded, read on
-    access, as `QuerySet.defer` leaves them). Column names come from the model, never from
-    input."""
+def _insert_shape(model: type[Model]) -> tuple[str, list[Field[Any, Any]]]:
+    fields = list(model._meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    holes = ", ".join(["%s"] * len(fields))
+    # Column and table names come from the model, never from input.
+    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({holes})"  # noqa: S608
+    return sql, fields
+
+
+@cache
+def _update_shape(model: type[Model], names: tuple[str, ...]) -> tuple[str, list[Field[Any, Any]]]:
+    fields = [model._meta.get_field(name) for name in names]
+    concrete = [field for field in fields if isinstance(field, Field) and field.concrete]
+    assert len(concrete) == len(fields) and not any(field.primary_key for field in concrete)
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in concrete)
+    pk = quote(str(model._meta.pk.column))
+    # Column and table names come from the model, never from input.
+    sql = f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s"  # noqa: S608
+    return sql, concrete
+
+
+def read_models(
+    model: type[M], tail: str, params: Params, *, deferred: tuple[str, ...] = ()
+) -> list[M]:
+    """`SELECT <every column> FROM <table> <tail>` (a `WHERE …`, an `ORDER BY`, a lock
+    clause: the caller's text, never input), each row read into an instance. `deferred`
+    fields are not read (left unloaded, read on access, as `QuerySet.defer` leaves them)."""
+    columns, names, converters = _select_shape(model, deferred)
+    # Column and table names come from the model; `tail` is the caller's own text.
+    sql = f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)} {tail}"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    found = []
+    for row in rows:
+        values = list(row)
+        for index, convert in converters:
+            values[index] = convert(values[index], None, connection)
+        found.append(model.from_db(connection.alias, names, values))
+    return found
+
+
+@cache
+def _select_shape(
+    model: type[Model], deferred: tuple[str, ...]
+) -> tuple[str, list[str], list[tuple[int, Any]]]:
+    """The columns of a whole row (but `deferred`), their attribute names, and the
+    converters of the fields that convert the database's value (JSON arrives as text)."""
     fields = [field for field in model._meta.concrete_fields if field.name not in deferred]
-    return ModelRows(
-        model=model,
-        columns=", ".join(connection.ops.quote_name(str(field.column)) for field in fields),
-        attnames=[field.attname for field in fields],
-        converters=[
-            (index, field.from_db_value)
-            for index, field in enumerate(fields)
-            if hasattr(field, "from_db_value")
-        ],
-    )
+    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
+    converters = [
+        (index, field.from_db_value)
+        for index, field in enumerate(fields)
+        if hasattr(field, "from_db_value")
+    ]
+    return columns, [field.attname for field in fields], converters

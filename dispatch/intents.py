@@ -30,6 +30,7 @@ from agentrun import conf
 from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
+from agentrun.row_inserts import insert_row
 from dispatch.models import OPEN_INTENT_STATES, IntentState, RunnerDispatchIntent
 from dispatch.selectors import intent_of
 from dispatch.wakeup import wake_dispatcher
@@ -75,7 +76,7 @@ def record_intent_locked(
     """
     now = timezone.now()
     transaction.on_commit(wake_dispatcher)
-    return RunnerDispatchIntent.objects.create(
+    intent = RunnerDispatchIntent(
         id=new_id("rdi"),
         run=run,
         command=command,
@@ -88,6 +89,8 @@ def record_intent_locked(
         created_at=now,
         updated_at=now,
     )
+    insert_row(intent)  # now, or with the caller's other new rows (`agentrun.row_inserts`)
+    return intent
 
 
 def check_intent_replay(

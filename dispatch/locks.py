@@ -24,7 +24,7 @@ from django.utils import timezone
 from agentrun.auth import MintedKey
 from agentrun.errors import not_found
 from agentrun.models import ApiKeyRole
-from agentrun.raw_sql import fetch_rows, model_rows
+from agentrun.raw_sql import read_models
 from dispatch.models import RunnerDispatchIntent
 
 # Why only `FOR UPDATE OF i`, not `OF r, c, i` as the seed: the run row is the hot lock of
@@ -151,12 +151,10 @@ def lock_intents(intent_ids: list[str]) -> dict[str, RunnerDispatchIntent]:
     Take the runs' (and commands') locks first. Raw, as the batch settle's other locks
     (`runs.locks.lock_runs`): the ORM's compilation cost more than the round trip."""
     wanted = sorted(set(intent_ids))
-    shape = model_rows(RunnerDispatchIntent)
-    sql = (
-        f"SELECT {shape.columns} FROM agentrun_runner_dispatch_intents"  # noqa: S608
-        " WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE"
+    locked = read_models(
+        RunnerDispatchIntent, "WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", [wanted]
     )
-    intents = {intent.id: intent for intent in shape.build(fetch_rows(sql, [wanted]))}
+    intents = {intent.id: intent for intent in locked}
     for intent_id in wanted:
         if intent_id not in intents:
             raise not_found("dispatch intent", intent_id)

@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from queues.locks import lock_attempt_of_run, lock_task_if_exists
 from queues.models import AttemptState
-from queues.selectors import task_and_queued_turns_of, task_id_of
+from queues.selectors import sink_task_id, task_and_queued_turns_of, task_id_of
 from queues.services.transitions import finish_attempt_locked, move_task_locked
 from queues.wakeup import wake_scheduler
 from runs.models import TERMINAL_RUN_STATUSES, Command, FailureKind, Run, RunStatus
@@ -44,13 +44,19 @@ __all__ = [
 ]
 
 
-def on_run_terminal_locked(run: Run) -> None:
+def on_run_terminal_locked(run: Run, *, read: tuple[str | None, bool] | None = None) -> None:
     """Project a terminal run onto its task and attempt. Needs the run lock; takes the task
     and attempt locks and a task version. After commit, wakes the scheduler when the run
-    freed a queue slot or its session has queued turns waiting."""
+    freed a queue slot or its session has queued turns waiting. `read`: the task of the
+    run's first attempt and whether its session has queued turns, when the caller read
+    them already (`runs.sql.end_run` does, in the statement that ends the run)."""
     # One read for both (it was two). `queued` is read before the projection now: that can
     # only add a wake-up (a projected task is running, never one of the pending turns).
-    task_id, queued = task_and_queued_turns_of(run)
+    if read is None:
+        task_id, queued = task_and_queued_turns_of(run)
+    else:  # as `task_and_queued_turns_of` decides: a run without a session has no attempt
+        attempt = read[0] if run.session_id is not None else None
+        task_id, queued = sink_task_id(run) or attempt, read[1]
     if task_id is not None:
         project_outcome_locked(
             task_id,

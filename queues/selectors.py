@@ -183,7 +183,7 @@ def task_id_of(run: Run) -> str | None:
     """The task a run belongs to: the one its `trace_sink` names, else, for a session run,
     the task of the attempt that ran it (a queued session turn is admitted with its
     client's own trace sink; see `queues.services.turns`)."""
-    task_id = _sink_task_id(run)
+    task_id = sink_task_id(run)
     if task_id is not None or run.session_id is None:
         return task_id
     return _attempt_task_ids(run.id).first()
@@ -193,7 +193,7 @@ def task_and_queued_turns_of(run: Run) -> tuple[str | None, bool]:
     """`task_id_of(run)`, and `has_queued_turns` of its session (False without one), in
     one query: a run's end asks both (`queues.projection`), and an interrupting turn
     admission ends a run (bench cell 9; two statements before issue 18)."""
-    task_id = _sink_task_id(run)
+    task_id = sink_task_id(run)
     if run.session_id is None:
         return task_id, False
     queued = Exists(queued_turns(scope=Scope.tenant(run.tenant_id), session_id=run.session_id))
@@ -204,7 +204,8 @@ def task_and_queued_turns_of(run: Run) -> tuple[str | None, bool]:
     return found, bool(waiting)
 
 
-def _sink_task_id(run: Run) -> str | None:
+def sink_task_id(run: Run) -> str | None:
+    """The task a run names in its `trace_sink` (a queue-dispatched run), if any."""
     sink = run.trace_sink
     task_id = sink.get("task_id") if isinstance(sink, dict) else None
     return task_id if isinstance(task_id, str) and task_id else None

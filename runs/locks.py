@@ -10,7 +10,7 @@ change columns that other writers read under the same lock, and the seed takes p
 from __future__ import annotations
 
 from agentrun.errors import not_found
-from agentrun.raw_sql import fetch_rows, model_rows
+from agentrun.raw_sql import read_models
 from runs.control_models import Approval, ApprovalState
 from runs.models import Command, Run, RunnerJob
 
@@ -18,27 +18,53 @@ from runs.models import Command, Run, RunnerJob
 def lock_run(run_id: str) -> Run:
     """`SELECT … FOR UPDATE` the run; 404 if it does not exist. Serialises all run writes.
 
-    Raw SQL, read into a model with `Run.from_db`: every run write starts here (an append,
-    a heartbeat, a finish), and the ORM's compilation of this one statement was ~0.4 ms of
+    Raw SQL (`agentrun.raw_sql.read_models`): every run write starts here (an append, a
+    heartbeat, a finish), and the ORM's compilation of this one statement was ~0.4 ms of
     CPU per call, as much as the rest of an append (bench cell 1, issue 18)."""
-    shape = model_rows(Run)
-    # Column and table names come from the model, never from input.
-    sql = f"SELECT {shape.columns} FROM agentrun_runs WHERE id = %s FOR UPDATE"  # noqa: S608
-    locked = shape.build(fetch_rows(sql, [run_id]))
-    if not locked:
+    found = read_models(Run, "WHERE id = %s FOR UPDATE", [run_id])
+    if not found:
         raise not_found("run", run_id)
-    run: Run = locked[0]
-    return run
+    return found[0]
+
+
+class KeyDoesNotHoldRun(Exception):
+    """`lock_run_for_runner_key` found no run that the key may write: the run is missing or
+    the key is unknown, revoked, expired or another run's. Nothing was written; the caller
+    authenticates the ordinary way to answer which (a 401, 404 or 429)."""
+
+
+def lock_run_for_runner_key(run_id: str, *, key_digest: str) -> Run:
+    """`lock_run`, in the same statement checking that `key_digest` is a live runner key of
+    this very run (not revoked, not expired, same tenant); `KeyDoesNotHoldRun` otherwise,
+    whether the run is missing or the key does not hold it. Saves the runner's hot write
+    the key lookup's round trip (bench cell 2, issue 18) without caching keys: a revocation
+    committed before this statement starts is seen, as by the ordinary lookup, which also
+    ran before the lock wait (a run's terminal transaction revokes its keys and ends it, and
+    an ended run refuses the write: `runs.services.fencing`). Only the run row is locked:
+    the key is read in a subquery, not joined."""
+    found = read_models(Run, f"WHERE id = %s{_KEY_HOLDS_RUN} FOR UPDATE", [run_id, key_digest])
+    if not found:
+        raise KeyDoesNotHoldRun(run_id)
+    return found[0]
+
+
+# The key's conditions are `ApiKeyAuthentication`'s (live, not revoked) and its scope (role
+# runner, this run, this tenant).
+_KEY_HOLDS_RUN = (
+    " AND EXISTS (SELECT 1 FROM agentrun_api_keys k WHERE k.key_digest = %s"
+    " AND k.role = 'runner' AND k.run_id = agentrun_runs.id"
+    " AND k.tenant_id = agentrun_runs.tenant_id AND k.revoked_at IS NULL"
+    " AND (k.expires_at IS NULL OR k.expires_at > now()))"
+)
 
 
 def lock_runs(run_ids: list[str]) -> dict[str, Run]:
     """Lock several runs in one statement, in id order (so that two batches over the same
     runs queue instead of deadlocking); 404 if one does not exist. For batch settles; raw,
-    as `lock_run` is (the ORM's compilation was most of the statement's cost)."""
+    as `lock_run` (the ORM's compilation cost more than the round trip: bench cell 3)."""
     wanted = sorted(set(run_ids))
-    shape = model_rows(Run)
-    sql = f"SELECT {shape.columns} FROM agentrun_runs WHERE id = ANY(%s) ORDER BY id FOR UPDATE"  # noqa: S608
-    runs = {run.id: run for run in shape.build(fetch_rows(sql, [wanted]))}
+    locked = read_models(Run, "WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [wanted])
+    runs = {run.id: run for run in locked}
     for run_id in wanted:
         if run_id not in runs:
             raise not_found("run", run_id)
@@ -46,8 +72,9 @@ def lock_runs(run_ids: list[str]) -> dict[str, Run]:
 
 
 def lock_run_commands(run: Run) -> list[Command]:
-    """Lock every command of a locked run, in seq order (finish and cancel touch them all)."""
-    return list(Command.objects.select_for_update().filter(run=run).order_by("seq"))
+    """Lock every command of a locked run, in seq order (finish and cancel touch them all).
+    Raw, as `lock_run`: an interrupting turn admission locks them (bench cell 9)."""
+    return read_models(Command, "WHERE run_id = %s ORDER BY seq FOR UPDATE", [run.id])
 
 
 def lock_command(command_id: str, *, run: Run) -> Command:
@@ -64,12 +91,13 @@ def lock_commands(command_ids: list[str]) -> dict[str, Command]:
     For batch settles, which read states, not what a command says: `payload` (a turn's
     whole text) is deferred, not decoded. Raw, as `lock_runs`."""
     wanted = sorted(set(command_ids))
-    shape = model_rows(Command, deferred=("payload",))
-    sql = (
-        f"SELECT {shape.columns} FROM agentrun_commands WHERE id = ANY(%s)"  # noqa: S608
-        " ORDER BY run_id, seq FOR UPDATE"
+    locked = read_models(
+        Command,
+        "WHERE id = ANY(%s) ORDER BY run_id, seq FOR UPDATE",
+        [wanted],
+        deferred=("payload",),
     )
-    commands = {command.id: command for command in shape.build(fetch_rows(sql, [wanted]))}
+    commands = {command.id: command for command in locked}
     for command_id in wanted:
         if command_id not in commands:
             raise not_found("command", command_id)

@@ -3,12 +3,15 @@ commands in the lock order (see runs/locks.py)."""
 
 from __future__ import annotations
 
+from agentrun.raw_sql import read_models
 from sessions.models import Session
 
 
 def lock_session(session_id: str) -> Session | None:
-    """`SELECT … FOR UPDATE` the session, or None when it does not exist yet."""
-    return Session.objects.select_for_update().filter(pk=session_id).first()
+    """`SELECT … FOR UPDATE` the session, or None when it does not exist yet. Raw
+    (`agentrun.raw_sql.read_models`): every turn admission locks its session (bench cell 9)."""
+    found = read_models(Session, "WHERE session_id = %s FOR UPDATE", [session_id])
+    return found[0] if found else None
 
 
 def lock_or_insert_session(new: Session) -> tuple[Session, bool]:

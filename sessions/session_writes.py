@@ -24,11 +24,12 @@ what it collected: the caller's transaction must then roll back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from agentrun.deferred_writes import collecting_into
 from sessions.models import Session
 from sessions.sql import update_session_columns
 
@@ -92,18 +93,7 @@ def pending_session_writes() -> PendingSessionWrites | None:
     return _COLLECTING.get()
 
 
-@contextmanager
-def collecting_session_writes() -> Iterator[PendingSessionWrites]:
+def collecting_session_writes() -> AbstractContextManager[PendingSessionWrites]:
     """Defer the session projection's writes to the end of the block (see the module).
     Needs the caller's transaction; a block inside another one joins the outer one."""
-    outer = _COLLECTING.get()
-    if outer is not None:
-        yield outer
-        return
-    pending = PendingSessionWrites()
-    token = _COLLECTING.set(pending)
-    try:
-        yield pending
-    finally:
-        _COLLECTING.reset(token)
-    pending.write()
+    return collecting_into(_COLLECTING, PendingSessionWrites, PendingSessionWrites.write)

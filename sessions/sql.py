@@ -1,4 +1,4 @@
-"""The sessions app's raw SQL: writing a locked session row's changed columns.
+"""The sessions app's raw SQL: reading a session row, writing a locked one's changed columns.
 
 Why raw: every session projection write (a turn's start and end, a claim, a steer, a
 thread report) ends in this one UPDATE, and turn admission is its measured hot path (bench
@@ -22,8 +22,16 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field
 
+from agentrun.raw_sql import read_models
 from agentrun.versions import SESSION_VERSIONS
 from sessions.models import Session
+
+
+def read_session(session_id: str) -> Session | None:
+    """The session row, unlocked (what admission observes before it takes its locks): raw,
+    as its lock (`sessions.locks`), a round trip without the ORM's compilation."""
+    found = read_models(Session, "WHERE session_id = %s", [session_id])
+    return found[0] if found else None
 
 
 def update_session_columns(session: Session, fields: Iterable[str], *, bump: bool) -> None:

@@ -1,10 +1,14 @@
 """Cell 2: the event append over HTTP against the same append at the service level.
 
-agentrun: `POST /api/v1/runs/{id}/events` served by gunicorn (`-k gthread`, 2 workers x 4
+agentrun: `POST /api/v1/runs/{id}/events` served by gunicorn (`-k gthread`, 1 worker x 8
 threads = 8 request threads and 8 database connections), driven by a load generator on
 loopback: 8 client threads in the bench process, each with its own keep-alive connection
 and its own run's runner key (writer w -> run w % 8), closed loop (next request when the
-answer arrives).
+answer arrives). One process, as deployed (`up` and the Kubernetes API pod run one server
+process) and as the reference runs (one process, 8 threads). Until issue 18's fourth round
+the cell ran 2 workers x 4 threads; on the same tree, interleaved on a loaded machine, that
+layout gave lower ratios (batch 1: 0.20 and 0.32 against 0.27 and 0.38; batch 100: 0.29 and
+0.37 against 0.52 and 0.73) and used more CPU per request.
 
 Reference (a limit): the service call itself, `append_runner_events`, from 8 threads with
 8 connections (cell 1's agentrun side). The ratio is what HTTP, auth, the tenant-scoped
@@ -34,7 +38,7 @@ from bench.profiling import print_summary, profiled
 from bench.servers import Gunicorn, gunicorn
 from bench.worker_threads import WorkerResult, run_workers
 
-WORKERS, THREADS, CLIENTS = 2, 4, 8
+WORKERS, THREADS, CLIENTS = 1, 8, 8
 
 
 def http_sample(server: Gunicorn, *, batch: int, seconds: float) -> Callable[[], Sample]:

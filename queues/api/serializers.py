@@ -6,11 +6,10 @@ from typing import Any
 
 from rest_framework import serializers
 
-from agentrun.api import UnreadOut
+from agentrun.api import UnreadOut, row_fields
 from agentrun.pagination import MAX_PAGE_SIZE, NumberedPageOut
 from agentrun.validation import BoundedJSONObjectField, IdField, StrictSerializer
 from queues.models import (
-    ATTEMPT_OUTCOME_FIELDS,
     AttemptState,
     QueueAttempt,
     QueueReadCursor,
@@ -235,21 +234,7 @@ class AttemptOut(serializers.ModelSerializer[QueueAttempt]):
 
     class Meta:
         model = QueueAttempt
-        fields = [
-            "task_id",
-            "attempt_id",
-            "retry_index",
-            "state",
-            "idempotency_key",
-            "reason",
-            "payload_hash",
-            "previous_attempt_id",
-            *ATTEMPT_OUTCOME_FIELDS,
-            "created_at",
-            "updated_at",
-            "activated_at",
-            "terminal_at",
-        ]
+        fields = row_fields(QueueAttempt)
 
 
 class AttemptPageOut(serializers.Serializer[Any]):

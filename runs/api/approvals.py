@@ -42,22 +42,7 @@ MAX_TTL_S = 7 * 24 * 3600
 class ApprovalOut(serializers.ModelSerializer[Approval]):
     class Meta:
         model = Approval
-        fields = [
-            "id",
-            "run_id",
-            "command_id",
-            "session_id",
-            "kind",
-            "summary",
-            "details",
-            "state",
-            "decided_by",
-            "reason",
-            "expires_at",
-            "decided_at",
-            "created_at",
-            "updated_at",
-        ]
+        fields = api.row_fields(Approval, hide={"tenant_id", "request_key"})
 
 
 class ApprovalRequestIn(RunnerWriteIn):

@@ -12,8 +12,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from agentrun import api
 from agentrun.pagination import NumberedPageOut
-from runs import models as run_fields  # the field lists RunOut and CommandOut share
 from runs.control_models import CancelRequest
 from runs.models import Backend, Command, Event, Run, Runner, RunnerJob
 
@@ -24,28 +24,7 @@ HOST_RESULT_KEYS = frozenset({"pid", "process_start", "log_path", "argv"})
 class RunOut(serializers.ModelSerializer[Run]):
     class Meta:
         model = Run
-        fields = [
-            "id",
-            "tenant_id",
-            "project_id",
-            "workspace_ref",
-            "session_ref",
-            "resource_bundle_ref",
-            "provider_id",
-            "backend_profile",
-            "execution_policy",
-            "trace_sink",
-            "status",
-            *run_fields.RUN_OUTCOME_FIELDS,
-            "claimed_by",
-            "lease_expires_at",
-            "lease_epoch",
-            *run_fields.CANCEL_MARK_FIELDS,
-            "pending_approvals",
-            "requires_action",
-            "created_at",
-            "updated_at",
-        ]
+        fields = api.row_fields(Run, then=["requires_action"])
 
     # A person must decide something before the run can go on (SPEC §9.3).
     requires_action = serializers.SerializerMethodField()
@@ -120,21 +99,7 @@ class CommandOut(serializers.ModelSerializer[Command]):
 
     class Meta:
         model = Command
-        fields = [
-            "id",
-            "run_id",
-            "seq",
-            "type",
-            "payload",
-            "payload_hash",
-            "idempotency_key",
-            "state",
-            "created_at",
-            "updated_at",
-            "acknowledged_at",
-            *run_fields.CANCEL_MARK_FIELDS,
-            "dispatch_intent",
-        ]
+        fields = api.row_fields(Command, then=["dispatch_intent"])
 
 
 class EventOut(serializers.ModelSerializer[Event]):
@@ -162,22 +127,7 @@ class CancelRequestOut(serializers.ModelSerializer[CancelRequest]):
 
     class Meta:
         model = CancelRequest
-        fields = [
-            "id",
-            "target_kind",
-            "target_id",
-            "run_id",
-            "command_id",
-            "session_id",
-            "task_id",
-            "reason",
-            "requested_by",
-            "epoch",
-            "stage",
-            "metadata",
-            "created_at",
-            "updated_at",
-        ]
+        fields = api.row_fields(CancelRequest)
 
 
 class CancelReceiptOut(serializers.Serializer[Any]):
@@ -201,40 +151,13 @@ class RunnerJobOut(serializers.ModelSerializer[RunnerJob]):
 
     class Meta:
         model = RunnerJob
-        fields = [
-            "id",
-            "run_id",
-            "command_id",
-            "idempotency_key",
-            "payload_hash",
-            "attempt_id",
-            "runner_id",
-            "namespace",
-            "job_name",
-            "manager_url",
-            "image",
-            "source_commit",
-            "service_account_name",
-            "result",
-            "created_at",
-            "updated_at",
-        ]
+        fields = api.row_fields(RunnerJob)
 
 
 class RunnerOut(serializers.ModelSerializer[Runner]):
     class Meta:
         model = Runner
-        fields = [
-            "id",
-            "run_id",
-            "attempt_id",
-            "backend_profile",
-            "placement",
-            "source_commit",
-            "metadata",
-            "registered_at",
-            "heartbeat_at",
-        ]
+        fields = api.row_fields(Runner, hide={"tenant_id"})
 
 
 class BackendOut(serializers.ModelSerializer[Backend]):

@@ -8,6 +8,7 @@ for any tenant. Objects outside a key's scope are 404s, raised by the selectors.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -17,16 +18,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentrun import api
-from agentrun.auth import IsAuthenticatedKey, IsClientOrOperator, IsRunnerOrOperator, request_key
-from agentrun.errors import invalid
+from agentrun.auth import (
+    IsAuthenticatedKey,
+    IsClientOrOperator,
+    IsRunnerOrOperator,
+    request_key,
+    unchecked_runner_key_digest,
+)
+from agentrun.errors import AgentRunError, invalid
 from agentrun.metrics import count_tokens
 from agentrun.pagination import CommandCursorQuery, PageQuery
 from agentrun.schema import items_of
+from agentrun.validation import validate_path_id
 from runs import selectors
 from runs.api import outputs as o
 from runs.api import serializers as s
 from runs.api.filters import RunFilter, run_filter_parameters
 from runs.api.long_poll import PendingWait, events_page_data
+from runs.locks import KeyDoesNotHoldRun
 from runs.services import cancellation, command_lifecycle, event_log, lifecycle, runners
 from runs.usage import check_tenant_quota
 from runs.waiting import release_connection, wait_for_event
@@ -68,6 +77,14 @@ def _filter_params(request: Request) -> Any:
 _NOT_EMPTY = {"updated_after": "Enter a valid date/time.", "sort": "Select a valid choice."}
 
 
+@cache
+def _event_out() -> o.EventOut:
+    """One `EventOut` for every append's answer: a ModelSerializer builds its fields per
+    instance (a third of the hot route's serializing CPU, bench cell 2), and
+    `to_representation` keeps no state between calls, so threads may share it."""
+    return o.EventOut()
+
+
 class RunViewSet(api.ObjectViewSet):
     # Who may write where an action also reads: POST /runs, /events, /commands, /runner-jobs.
     write_permissions: dict[str, Any] = {
@@ -77,10 +94,32 @@ class RunViewSet(api.ObjectViewSet):
         "runner_jobs": IsRunnerOrOperator,
     }
 
+    # A runner's POST /events: its key, unchecked by `perform_authentication`, is checked in
+    # the append's run lock statement (`_append_checking_key`); None on every other request.
+    runner_key_digest: str | None = None
+
     def get_permissions(self) -> Sequence[Any]:
         if self.request.method == "POST" and self.action in self.write_permissions:
             return [IsAuthenticatedKey(), self.write_permissions[self.action]()]
         return super().get_permissions()
+
+    def perform_authentication(self, request: Request) -> None:
+        if self.action == "events" and request.method == "POST" and self._path_id_valid():
+            self.runner_key_digest = unchecked_runner_key_digest(request)
+        if self.runner_key_digest is None:
+            super().perform_authentication(request)
+
+    def check_permissions(self, request: Request) -> None:
+        if self.runner_key_digest is None:  # else the run lock checks role and run
+            super().check_permissions(request)
+
+    def _path_id_valid(self) -> bool:
+        """A bad id is a 400 only after the key's 401 (`ObjectViewSet.initial`)."""
+        try:
+            validate_path_id(self.kwargs.get("pk", ""))
+        except AgentRunError:  # the ordinary path raises it, after authenticating
+            return False
+        return True
 
     @extend_schema(parameters=[*run_filter_parameters(), PageQuery], responses=o.RunPageOut)
     def list(self, request: Request) -> Response:
@@ -136,8 +175,10 @@ class RunViewSet(api.ObjectViewSet):
     @action(detail=True, methods=["get", "post"])
     def events(self, request: Request, pk: str) -> Response:
         if request.method == "POST":
+            if self.runner_key_digest is not None:
+                return self._append_checking_key(request, pk)
             run_id = selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
-            return self._append_events(request, run_id)
+            return self._append_events(api.body(s.EventAppendIn, request), run_id)
         run = selectors.get_run_for(scope=api.request_scope(request), run_id=pk)
         query = api.query(s.EventsQuery, request)
         data = events_page_data(run, query)
@@ -154,20 +195,44 @@ class RunViewSet(api.ObjectViewSet):
             return Response(events_page_data(run, query))
         return Response({**data, "timed_out": True})
 
-    def _append_events(self, request: Request, run_id: str) -> Response:
-        body = api.body(s.EventAppendIn, request)
+    def _append_checking_key(self, request: Request, pk: str) -> Response:
+        """The runner append, one round trip shorter: no key lookup before it. What the key
+        lookup would have refused first is answered as the ordinary path answers it: a bad
+        body, after authenticating (401, 403) and the scope (404); a key that does not hold
+        the run (nothing was written), by the ordinary path from the start."""
+        try:
+            body = api.body(s.EventAppendIn, request)
+        except Exception:
+            self._authenticated_run_id(request, pk)
+            raise
+        try:
+            return self._append_events(body, pk, runner_key_digest=self.runner_key_digest)
+        except KeyDoesNotHoldRun:
+            run_id = self._authenticated_run_id(request, pk)
+            return self._append_events(body, run_id)
+
+    def _authenticated_run_id(self, request: Request, pk: str) -> str:
+        """Authenticate and check permissions the ordinary way, then the run's scope."""
+        self.runner_key_digest = None
+        super().perform_authentication(request)
+        super().check_permissions(request)
+        return selectors.writable_run_id(scope=api.request_scope(request), run_id=pk)
+
+    def _append_events(
+        self, body: Any, run_id: str, runner_key_digest: str | None = None
+    ) -> Response:
         appended = event_log.append_runner_events(
             run_id=run_id,
             runner_id=body.validated_data["runner_id"],
             lease_epoch=body.validated_data["lease_epoch"],
             events=body.new_events(),
+            runner_key_digest=runner_key_digest,
         )
         if appended:
             usage_events = (e.payload for e in appended if e.type == "token_usage")
             count_tokens(appended[0].run.backend_profile, usage_events)
-        return Response(
-            {"items": o.EventOut(appended, many=True).data}, status=status.HTTP_201_CREATED
-        )
+        items = [_event_out().to_representation(event) for event in appended]
+        return Response({"items": items}, status=status.HTTP_201_CREATED)
 
     @extend_schema(parameters=[s.CountQuery], responses=o.CountOut)
     @action(detail=True, methods=["get"], url_path="events/count")

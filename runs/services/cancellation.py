@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentrun.ids import new_id
+from agentrun.raw_sql import RowWrite
 from dispatch import intents
 from queues import projection as queue_projection
 from runs.control_models import CancelRequest, CancelStage
@@ -29,7 +30,12 @@ from runs.models import CANCEL_MARK_FIELDS, Command, CommandState, FailureKind, 
 from runs.phases import Phase
 from runs.services.approvals import resolve_pending_approvals_locked
 from runs.services.event_log import PendingEvents, collecting
-from runs.services.terminal import TurnResult, release_claim_locked, terminalize_run_locked
+from runs.services.terminal import (
+    EndingWrites,
+    TurnResult,
+    release_claim_locked,
+    terminalize_run_locked,
+)
 from sessions import projection
 
 if TYPE_CHECKING:
@@ -77,24 +83,30 @@ def cancel_run_locked(
     requested_by: str | None,
     session: Session | None = None,
     events: PendingEvents | None = None,
+    commands: list[Command] | None = None,
 ) -> CancelOutcome:
     """`cancel_run` inside the caller's transaction, which holds the run lock (session
     cancel and `when_busy=interrupt` use it). `session`: the run's session row when the
     caller has locked it; `events`: the caller's pending events (else they are appended
-    here, after the run's other writes)."""
-    commands = lock_run_commands(run)
+    here, after the run's other writes); `commands`: all the run's commands when the
+    caller has locked them already (in seq order, right after the run)."""
+    commands = lock_run_commands(run) if commands is None else commands
     if run.is_terminal:
         release_claim_locked(run)
         intents.fence_open_intents_locked(run=run, reason=reason)
         return CancelOutcome(run, None, _latest_request(run), changed=False)
     with collecting(events) as events:
-        cancel = _open_request(run, None, reason=reason, requested_by=requested_by, events=events)
-        _mark_run_cancel_requested(run, cancel, reason=reason)
+        cancel = _new_request(run, None, reason=reason, requested_by=requested_by, events=events)
+        _set_cancel_mark(run, cancel, at=cancel.created_at, reason=reason)
         _record_stage(events, run, cancel, CancelStage.PERSISTED)
         _deliver(events, run, cancel, runner_live=run.claimed_by is not None)
+        # The request, the run's cancel mark and terminal status, its commands and intents:
+        # written together, in the statement that ends the run.
+        ending = EndingWrites(run_fields=CANCEL_MARK_FIELDS, commands=[RowWrite(cancel)])
         for command in commands:
             if not command.is_terminal:
-                _cancel_command_row(run, command, cancel, reason=reason)
+                ending.commands.append(_mark_command_cancelled(command, cancel, reason=reason))
+                ending.intent_reasons[command.id] = reason
                 events.add(run, "backend_status", _terminal_payload(command, cancel, reason=reason))
         terminalize_run_locked(
             run,
@@ -106,6 +118,7 @@ def cancel_run_locked(
             session=session,
             events=events,
             detail={"cancel_request_id": cancel.id, "cancel_epoch": cancel.epoch},
+            ending=ending,
         )
         _record_stage(events, run, cancel, CancelStage.TERMINALIZED)
     return CancelOutcome(run, None, cancel, changed=True)
@@ -140,8 +153,11 @@ def _cancel_open_command_locked(
 ) -> CancelRequest:
     """Open the request, cancel the command, record every stage, project the turn's end
     onto its session and task. Needs the run and command locks."""
-    cancel = _open_request(run, command, reason=reason, requested_by=requested_by, events=events)
-    _cancel_command_row(run, command, cancel, reason=reason)
+    cancel = _new_request(run, command, reason=reason, requested_by=requested_by, events=events)
+    cancel.save(force_insert=True)
+    _mark_command_cancelled(command, cancel, reason=reason)
+    command.save(update_fields=["state", *CANCEL_MARK_FIELDS, "updated_at"])
+    intents.fence_open_intents_locked(run=run, command=command, reason=reason)
     resolve_pending_approvals_locked(
         run, state="cancelled", reason=reason, command_id=command.id, events=events
     )
@@ -170,7 +186,7 @@ def _latest_request(run: Run) -> CancelRequest | None:
     return CancelRequest.objects.filter(run=run).order_by("-created_at").first()
 
 
-def _open_request(
+def _new_request(
     run: Run,
     command: Command | None,
     *,
@@ -178,13 +194,14 @@ def _open_request(
     requested_by: str | None,
     events: PendingEvents,
 ) -> CancelRequest:
-    """Create the request and record its first stage, `accepted`. The row is written once,
-    in the stage it ends in: the transaction that opens a request also takes it through
-    every stage to `terminalized`, and nobody sees it in between; each stage it passes is
-    recorded as its event."""
+    """The new request (not saved yet: the caller writes it) and its first stage,
+    `accepted`, recorded. The row is written once, in the stage it ends in: the
+    transaction that opens a request also takes it through every stage to
+    `terminalized`, and nobody sees it in between; each stage it passes is recorded as its
+    event."""
     target = command or run
     now = timezone.now()
-    cancel = CancelRequest.objects.create(
+    cancel = CancelRequest(
         id=new_id("cancel"),
         target_kind="command" if command else "run",
         target_id=target.id,
@@ -200,11 +217,6 @@ def _open_request(
     )
     _record_stage(events, run, cancel, CancelStage.ACCEPTED)
     return cancel
-
-
-def _mark_run_cancel_requested(run: Run, cancel: CancelRequest, *, reason: str) -> None:
-    _set_cancel_mark(run, cancel, at=cancel.created_at, reason=reason)
-    run.save(update_fields=list(CANCEL_MARK_FIELDS))
 
 
 def _set_cancel_mark(
@@ -253,13 +265,13 @@ def _record_stage(
     )
 
 
-def _cancel_command_row(run: Run, command: Command, cancel: CancelRequest, *, reason: str) -> None:
+def _mark_command_cancelled(command: Command, cancel: CancelRequest, *, reason: str) -> RowWrite:
+    """Cancel the command on its instance; its changed columns, for the caller to write."""
     now = timezone.now()
     command.state = CommandState.CANCELLED
     _set_cancel_mark(command, cancel, at=now, reason=reason)
     command.updated_at = now
-    command.save(update_fields=["state", *CANCEL_MARK_FIELDS, "updated_at"])
-    intents.fence_open_intents_locked(run=run, command=command, reason=reason)
+    return RowWrite(command, ("state", *CANCEL_MARK_FIELDS, "updated_at"))
 
 
 def _terminal_payload(command: Command, cancel: CancelRequest, *, reason: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from agentrun.errors import conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
+from agentrun.row_inserts import insert_row, pending_inserts
 from dispatch import intents
 from runs.locks import lock_command, lock_run, lock_run_of_command
 from runs.models import Command, CommandState, Run, RunStatus
@@ -132,9 +133,9 @@ def _insert_command(
 ) -> Command:
     """Insert the command, project it onto the session, collect its events. Needs the run
     lock."""
-    seq = (Command.objects.filter(run=run).aggregate(last=Max("seq"))["last"] or 0) + 1
+    seq = _next_seq(run)
     now = timezone.now()
-    command = Command.objects.create(
+    command = Command(
         id=new_id("cmd"),
         run=run,
         seq=seq,
@@ -146,6 +147,7 @@ def _insert_command(
         created_at=now,
         updated_at=now,
     )
+    insert_row(command)  # now, or with the caller's other new rows (`agentrun.row_inserts`)
     text = payload.get("text")
     if type == "turn":
         projection.project_turn_started_locked(
@@ -183,6 +185,15 @@ def _insert_command(
         {"phase": Phase.COMMAND_CREATED, "command_id": command.id, "command_type": type},
     )
     return command
+
+
+def _next_seq(run: Run) -> int:
+    """The run's next command seq. A run this block created and has not inserted yet has no
+    commands but those pending with it: no query."""
+    pending = pending_inserts()
+    if pending is not None and pending.is_pending(run):
+        return len(pending.pending_of(Command, run_id=run.id)) + 1
+    return (Command.objects.filter(run=run).aggregate(last=Max("seq"))["last"] or 0) + 1
 
 
 def ack_command(*, command_id: str, runner_id: str, lease_epoch: int) -> Command:

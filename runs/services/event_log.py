@@ -25,7 +25,7 @@ from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
 from outbox.cloudevents import partition_key_for
 from outbox.record import record_outbox_locked
-from runs.locks import lock_run
+from runs.locks import lock_run, lock_run_for_runner_key
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
 from runs.services.fencing import (
     ended_run_reason,
@@ -264,17 +264,27 @@ def _fence_ended_run(run: Run, *, runner_id: str, **refused: Any) -> AgentRunErr
 
 
 def append_runner_events(
-    *, run_id: str, runner_id: str, lease_epoch: int, events: list[NewEvent]
+    *,
+    run_id: str,
+    runner_id: str,
+    lease_epoch: int,
+    events: list[NewEvent],
+    runner_key_digest: str | None = None,
 ) -> list[Event]:
     """Append a runner's batch atomically: all of it or nothing.
 
     Locks: the run row. Errors: 404 unknown run; 409 `stale_lease` when the runner does not
     hold the current claim (the refused batch is recorded as `late-write-rejected`). The API
     rejects unknown and server-only event types with a 400 before this is called.
+    `runner_key_digest`: the request's key is checked in the run lock's own statement
+    (`runs.locks.lock_run_for_runner_key`; `KeyDoesNotHoldRun`, nothing written, if not).
     """
     assert all(event.type in RUNNER_EVENT_TYPES for event in events)
     with transaction.atomic(durable=True):
-        run = lock_run(run_id)
+        if runner_key_digest is None:
+            run = lock_run(run_id)
+        else:
+            run = lock_run_for_runner_key(run_id, key_digest=runner_key_digest)
         refused = {"rejected_types": [event.type for event in events]}
         refusal = fence_runner_write(
             run, runner_id=runner_id, lease_epoch=lease_epoch, source="events", **refused

@@ -22,6 +22,7 @@ from agentrun.errors import conflict, invalid, lease_conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
+from agentrun.row_inserts import insert_row
 from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import (
@@ -165,7 +166,7 @@ def create_run_locked(
         session_ref = projection.session_ref_of_run(session, session_ref)
     now = timezone.now()
     # The spec's fields are the run's columns; the session's own spelling of its ref wins.
-    run = Run.objects.create(
+    run = Run(
         **{**asdict(spec), "session_ref": session_ref},
         id=run_id or new_id("run"),
         tenant_id=tenant_id,
@@ -173,6 +174,7 @@ def create_run_locked(
         created_at=now,
         updated_at=now,
     )
+    insert_row(run)  # now, or with the caller's other new rows (`agentrun.row_inserts`)
     projection.touch_session_for_run_locked(run, bump=False, session=session, last_run_id=run.id)
     return CreatedRun(run, created=True, session=session)
 

@@ -5,27 +5,29 @@ Every path that ends a run goes through `terminalize_run_locked` (a runner's fin
 cancel, the lease reaper, the retention fence, a dispatch that gave up): it sets the
 terminal status, releases the claim and deletes the lease row, fences the run's open
 dispatch intents, revokes the run's runner keys, projects the run onto its session and
-its queue task, and records `terminal_status`. Each helper needs the caller's transaction
-and run lock; each takes the caller's `PendingEvents` when the caller collects its events,
-and appends its own otherwise.
+its queue task, and records `terminal_status`. The run's row, a cancel's request and
+closed commands, the intents, the lease and the keys are written in one statement
+(`runs.sql.end_run`). Each helper needs the caller's transaction and run lock; each takes
+the caller's `PendingEvents` when the caller collects its events, and appends its own
+otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from agentrun.auth import revoke_run_keys_locked
 from agentrun.errors import AgentRunError
+from agentrun.raw_sql import RowWrite
 from agentrun.redaction import redact_text
-from dispatch import intents
 from queues import projection as queue_projection
 from runs.models import RUN_OUTCOME_FIELDS, Command, CommandState, Lease, Run, RunStatus
 from runs.phases import Phase
 from runs.services.approvals import resolve_pending_approvals_locked
 from runs.services.event_log import PendingEvents, collecting, fence_runner_write
+from runs.sql import end_run
 from sessions import projection
 
 if TYPE_CHECKING:
@@ -115,30 +117,50 @@ def terminalize_run_locked(
     session: Session | None = None,
     events: PendingEvents | None = None,
     detail: dict[str, Any] | None = None,
+    ending: EndingWrites | None = None,
 ) -> None:
     """Move a locked, live run to its terminal status, release its claim, record it.
     `session`: the run's session row when the caller has locked it; `events`: the caller's
     pending events, if it collects them (else `terminal_status` is appended here);
     `detail`: what the seed's `terminal_status` payload says about why (a cancel's
-    `cancel_request_id` and `cancel_epoch`, a failure's `reason`)."""
+    `cancel_request_id` and `cancel_epoch`, a failure's `reason`); `ending`: what the
+    caller changed on the run and its commands, written in the same statement."""
+    ending = ending or EndingWrites()
     with collecting(events) as events:
-        _save_terminal_status(run, result=result)
+        fields = _set_terminal_status(run, result=result)
+        # The run's columns, its commands', its intents, lease and keys: one statement.
+        queue = end_run(
+            run=run,
+            writes=[RowWrite(run, (*fields, *ending.run_fields)), *ending.commands],
+            intent_reasons=ending.intent_reasons,
+            reason=f"run terminalized as {run.status}",
+        )
         resolve_pending_approvals_locked(
             run, state="cancelled", reason=f"the run ended: {run.status}", events=events
         )
-        Lease.objects.filter(run=run).delete()
-        intents.fence_open_intents_locked(run=run, reason=f"run terminalized as {run.status}")
-        revoke_run_keys_locked(run.id)  # the agent saw its key: it ends with the run
         projection.project_run_terminal_locked(run, session=session)
         events.add(
             run,
             "terminal_status",
             {**result.as_payload(), **(detail or {})},
         )
-    queue_projection.on_run_terminal_locked(run)  # run → task lock order: the task comes last
+    # run → task lock order: the task comes last
+    queue_projection.on_run_terminal_locked(run, read=(queue.attempt_task_id, queue.queued_turns))
 
 
-def _save_terminal_status(run: Run, *, result: TurnResult) -> None:
+@dataclass
+class EndingWrites:
+    """What a caller that ends a run changed besides its terminal status, for the same
+    statement: more of the run's columns (a cancel's mark), its closed commands' rows, and
+    the reason each closed command's open intents are fenced with."""
+
+    run_fields: tuple[str, ...] = ()
+    commands: list[RowWrite] = field(default_factory=list)
+    intent_reasons: dict[str, str] = field(default_factory=dict)
+
+
+def _set_terminal_status(run: Run, *, result: TurnResult) -> tuple[str, ...]:
+    """Set the terminal status and release the claim on the instance; the changed fields."""
     now = timezone.now()
     run.status = result.terminal_status
     run.terminal_status = result.terminal_status
@@ -150,15 +172,7 @@ def _save_terminal_status(run: Run, *, result: TurnResult) -> None:
     run.updated_at = now
     run.claimed_by = None
     run.lease_expires_at = None
-    run.save(
-        update_fields=[
-            "status",
-            *RUN_OUTCOME_FIELDS,
-            "claimed_by",
-            "lease_expires_at",
-            "updated_at",
-        ]
-    )
+    return ("status", *RUN_OUTCOME_FIELDS, "claimed_by", "lease_expires_at", "updated_at")
 
 
 def release_claim_locked(run: Run) -> None:

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from agentrun.errors import AgentRunError, conflict
+from agentrun.errors import AgentRunError, conflict, not_found
 from agentrun.hashing import stable_hash
 from agentrun.locks import LockKey, advisory_xact_lock
+from agentrun.row_inserts import collecting_inserts
 from agentrun.tenancy import Scope
 from dispatch import intents
 from dispatch.selectors import intent_of
-from runs.locks import lock_command, lock_run
+from runs.locks import lock_command, lock_run, lock_run_commands
 from runs.models import Command, CommandState, Run, RunStatus
 from runs.phases import Phase
 from runs.services.cancellation import cancel_run_locked
@@ -48,6 +49,7 @@ from sessions.models import Session
 from sessions.projection import check_boundary
 from sessions.services.stale import terminalize_stale_turn_locked, turn_is_stale
 from sessions.session_writes import collecting_session_writes
+from sessions.sql import read_session
 from sessions.turn_queue import turn_queue
 from sessions.turns import Admission, TurnRequest
 
@@ -57,6 +59,7 @@ class ActiveTurn:
     run: Run
     command: Command
     session: Session
+    commands: list[Command] | None = None  # all the run's, when locked (for a cancel)
 
 
 def admit_turn(*, request: TurnRequest) -> Admission:
@@ -74,7 +77,7 @@ def admit_turn_locked(*, request: TurnRequest) -> Admission:
     the active turn's run and command, the session row. The session row is written once
     and the events of every run it writes (the interrupted or stale turn's, the new
     turn's) are appended together, at the end, in that order."""
-    observed = Session.objects.filter(pk=request.session_id).first()
+    observed = read_session(request.session_id)
     if observed is not None:
         check_boundary(
             observed,
@@ -83,7 +86,9 @@ def admit_turn_locked(*, request: TurnRequest) -> Admission:
             backend=request.spec.backend_profile,
         )
     events = PendingEvents()
-    with collecting_session_writes():
+    # The new rows (run, command, intent) go in one statement at the end of the inner
+    # block, before the session row that points at them and their run's events.
+    with collecting_session_writes(), collecting_inserts():
         admission = _admit_locked(request, observed, events)
     events.append_locked()
     return admission
@@ -95,7 +100,7 @@ def _admit_locked(
     replay = _replay_by_key(request, events)
     if replay is not None:
         return replay
-    active = lock_active_turn(observed)
+    active = lock_active_turn(observed, all_commands=request.when_busy == "interrupt")
     _check_expected_turn(request.expected_turn_id, active)
     if active is not None:
         decided = _decide_busy(request, active, events)
@@ -109,8 +114,11 @@ def _admit_locked(
     return _create_turn(request, events, session=active.session if active else None)
 
 
-def lock_active_turn(observed: Session | None) -> ActiveTurn | None:
-    """Lock the observed session's live active turn (run, command, then session row)."""
+def lock_active_turn(observed: Session | None, *, all_commands: bool = False) -> ActiveTurn | None:
+    """Lock the observed session's live active turn (run, command, then session row).
+    `all_commands`: lock every command of the run (in seq order, in one statement), not
+    only the active one, for a caller that may cancel the run: it locks them all anyway,
+    and would otherwise lock the active one twice."""
     if observed is None or not observed.has_active_turn:
         return None
     if not observed.active_run_id or not observed.active_command_id:
@@ -119,7 +127,12 @@ def lock_active_turn(observed: Session | None) -> ActiveTurn | None:
             code="session_projection_invalid",
         )
     run = lock_run(observed.active_run_id)
-    command = lock_command(observed.active_command_id, run=run)
+    commands = lock_run_commands(run) if all_commands else None
+    command = (
+        _find_command(commands, observed.active_command_id)
+        if commands is not None
+        else lock_command(observed.active_command_id, run=run)
+    )
     session = lock_session(observed.session_id)
     assert session is not None
     if (session.active_run_id, session.active_command_id) != (run.id, command.id):
@@ -128,7 +141,16 @@ def lock_active_turn(observed: Session | None) -> ActiveTurn | None:
         )
     if run.is_terminal or command.is_terminal:
         return None
-    return ActiveTurn(run, command, session)
+    return ActiveTurn(run, command, session, commands)
+
+
+def _find_command(commands: list[Command], command_id: str) -> Command:
+    """The command `command_id` among a run's locked commands; 404 if it is not the run's
+    (what `lock_command` raises)."""
+    for command in commands:
+        if command.id == command_id:
+            return command
+    raise not_found("command", command_id)
 
 
 def _check_expected_turn(expected: str | None, active: ActiveTurn | None) -> None:
@@ -242,6 +264,7 @@ def _decide_busy(
             requested_by=request.requested_by,
             session=active.session,
             events=events,
+            commands=active.commands,
         )
         created = _create_turn(request, events, session=active.session)
         return Admission(

@@ -40,7 +40,7 @@ def test_five_bursts_of_forty_turns_complete_without_a_worker_restart(
             run_ids = list(pool.map(lambda t: api.turn(*t), texts))
             statuses = api.wait_terminal(run_ids, timeout=300)
             assert set(statuses.values()) == {"completed"}, statuses
-            print(f"burst {burst + 1}: {TURNS} turns completed")
+            print(f"burst {burst + 1}: {TURNS} turns completed ({api.busy_retries} busy retries)")
     state = embedded_up.state()
     assert state["worker"]["restarts"] == 0 and state["worker"]["pid"] == worker_pid
     assert all(child["restarts"] == 0 for child in state.values()), state

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,18 @@ class UpProcess:
             return self.process.wait()
 
 
+BUSY_RETRIES = 10
+
+
+def _is_busy(response: requests.Response) -> bool:
+    if response.status_code != 503:
+        return False
+    try:
+        return bool(response.json()["error"]["code"] == "database_busy")
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 class Api:
     def __init__(self, url: str, key: str) -> None:
         self.url = f"{url}/api/v1"
@@ -106,6 +119,7 @@ class Api:
         self.session.headers["Authorization"] = f"Bearer {key}"
         # One kept connection per concurrent caller (the bursts use 40 threads).
         self.session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=64))
+        self.busy_retries = 0
 
     def turn(self, session: str, text: str) -> str:
         body = {
@@ -115,10 +129,21 @@ class Api:
                 "provider_id": "local",
                 "backend_profile": "scripted",
             },
-            "command": {"payload": {"text": text}},
+            # A retried turn is the same turn (the key), never a second one.
+            "command": {"payload": {"text": text}, "idempotency_key": f"turn-{uuid.uuid4().hex}"},
         }
-        response = self.session.post(f"{self.url}/sessions/{session}/turns", json=body, timeout=60)
-        assert response.status_code == 201, response.text
+        url = f"{self.url}/sessions/{session}/turns"
+        response = self.session.post(url, json=body, timeout=60)
+        # 503 `database_busy` (the server's connection pool stayed empty for its timeout, a
+        # burst on a slow machine) asks the client to come back after Retry-After: a client
+        # that does so is what the server promises to serve, so this one does.
+        for _ in range(BUSY_RETRIES):
+            if not _is_busy(response):
+                break
+            self.busy_retries += 1
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+            response = self.session.post(url, json=body, timeout=60)
+        assert response.status_code in (200, 201), response.text
         return str(response.json()["run"]["id"])
 
     def status(self, run_id: str) -> str:

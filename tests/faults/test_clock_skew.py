@@ -4,9 +4,12 @@ Run leases are stamped with the API's clock and judged by the reaper's, so a rea
 clock runs ahead sees leases expire early. The margin is the reap grace
 (`AGENTRUN_LEASE_REAP_GRACE_MS`): a skew smaller than it must never reap a live run. Two
 reaper processes run here with their wall clocks moved for real (an LD_PRELOAD shim built
-from skewclock.c shifts CLOCK_REALTIME): one 2 s ahead, one 2 s behind, grace 3 s. Four
-runs heartbeat a 1.5 s lease every 0.4 s for 6 s and must all complete; a fifth run's
+from skewclock.c shifts CLOCK_REALTIME): one 2 s ahead, one 2 s behind, grace 6 s. Four
+runs heartbeat a 3 s lease every 0.4 s for 6 s and must all complete; a fifth run's
 runner is dead (no heartbeat) and must be reaped, no sooner than expiry + grace - skew.
+(The lease and grace leave a live run 7 s between heartbeats before the fast reaper may
+take it: with a 1.5 s lease and 3 s grace, a test process stalled 2.5 s on a loaded
+machine had all four live runs reaped, which is the machine, not the skew.)
 Dispatch and outbox claims compare leases with the database's `now()`, so their workers'
 clocks do not enter into it.
 """
@@ -34,7 +37,7 @@ from tests.faults.harness import child_env, process, wait_for
 from tests.faults.invariants import assert_invariants
 
 pytestmark = pytest.mark.django_db(transaction=True)
-LEASE_MS, GRACE_MS, SKEW_MS = 1_500, 3_000, 2_000
+LEASE_MS, GRACE_MS, SKEW_MS = 3_000, 6_000, 2_000
 
 
 @pytest.fixture(scope="module")
@@ -82,16 +85,20 @@ def test_clock_skew_between_workers_within_the_lease_margin(
     ]
     stop = threading.Event()
     beats = [threading.Thread(target=_heartbeat, args=(run, stop)) for run in live]
-    with _reaper(tmp_path, skew_shim, SKEW_MS) as ahead, _reaper(tmp_path, skew_shim, -SKEW_MS):
-        offset = _clock_offset(ahead.log)  # type: ignore[attr-defined]
-        for beat in beats:
-            beat.start()
-        dead = claim_run(run_id=make_run().id, runner_id="runner-dead", lease_ms=LEASE_MS)
-        expiry = dead.lease_expires_at
-        assert expiry is not None
-        wait_for(lambda: Run.objects.get(pk=dead.pk).status == "failed", 20, "the reap", 0.02)
-        reaped_at = timezone.now()
-        time.sleep(max(0.0, 6 - (timezone.now() - expiry).total_seconds()))
+    # Heartbeats start with the claims, before the reapers: a reaper that took longer to
+    # start than a live lease's margin would otherwise find it expired at its first pass.
+    for beat in beats:
+        beat.start()
+    try:
+        with _reaper(tmp_path, skew_shim, SKEW_MS) as ahead, _reaper(tmp_path, skew_shim, -SKEW_MS):
+            offset = _clock_offset(ahead.log)  # type: ignore[attr-defined]
+            dead = claim_run(run_id=make_run().id, runner_id="runner-dead", lease_ms=LEASE_MS)
+            expiry = dead.lease_expires_at
+            assert expiry is not None
+            wait_for(lambda: Run.objects.get(pk=dead.pk).status == "failed", 30, "the reap", 0.02)
+            reaped_at = timezone.now()
+            time.sleep(max(0.0, 6 - (timezone.now() - expiry).total_seconds()))
+    finally:
         stop.set()
         for beat in beats:
             beat.join(timeout=10)

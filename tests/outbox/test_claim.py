@@ -167,10 +167,13 @@ def test_the_claims_reads_do_not_grow_with_the_backlog(outbox_topic: str) -> Non
 
     print(f"\nclaim of 100 over 20 keys (rows, buffers): ~1,000 pending {small}, ~20,000 {large}")
     # A probe per key and about `limit` records read, whatever lies behind them (the old
-    # DISTINCT ON read all 20,000); buffers grow only with the indexes' depth. (With 1,000
+    # DISTINCT ON read all 20,000): the rows are the measure. Buffers grow with the indexes'
+    # depth, and also with whatever else the shared test database's outbox indexes hold
+    # (dead entries of earlier tests' rows: the test server runs without autovacuum), so
+    # their bound is loose: 1.3x here alone, 2.2x once after the whole suite. (With 1,000
     # rows the planner may join by a sequential scan instead: cheap at that size.)
     assert large[0] <= 20 * 2 + 100 * 3
-    assert large[1] <= small[1] * 1.5
+    assert large[1] <= small[1] * 3
 
 
 def test_a_batch_takes_six_statements_whatever_its_size(outbox_topic: str) -> None:

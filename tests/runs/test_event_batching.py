@@ -16,6 +16,11 @@ Since issue 18 item 4 the end of a session's run reads its queue task and the se
 queued turns in one query (`queues.selectors.task_and_queued_turns_of`), and a session
 write draws its version in its own UPDATE (`sessions.sql`): run finish 21 → 18 (two
 versioned session writes), command finish 16 → 14, reaper 17 → 15.
+Since issue 18's third round a run's end is one statement (`runs.sql.end_run`): the run's
+terminal status (and a cancel's mark: one UPDATE, not two), the cancel request, the closed
+commands, the fenced intents, the lease and the runner keys; for a session's run it also
+reads the run's queue task and the session's queued turns (their own query before). Run
+cancel 16 → 7, run finish 18 → 14, reaper 15 → 11.
 """
 
 from __future__ import annotations
@@ -69,10 +74,9 @@ def test_a_run_cancel_with_a_live_runner_and_two_open_commands() -> None:
         create_command(run_id=run.id, type="turn", payload={"text": text})
     before = len(events_of(run))
     sqls = statements(lambda: cancel_run(run_id=run.id, reason="stop"))
-    # the run and its commands locked, the request (once), the run's cancel fields, per
-    # command its row and its intents, the terminal status (run, lease, intents), and one
-    # append of eight events
-    assert len(sqls) == 16, sqls
+    # the run and its commands locked, one statement for the request, the run, both
+    # commands, the intents, the lease and the keys, and one append of eight events
+    assert len(sqls) == 7, sqls
     assert appended_once(sqls)
     assert sum(sql.startswith('UPDATE "agentrun_cancel_requests"') for sql in sqls) == 0
     assert events_of(run) == list(range(1, before + 9))
@@ -96,7 +100,7 @@ def test_a_run_finish_that_records_the_thread_and_closes_an_open_command() -> No
             run_id=run.id, runner_id="runner-1", lease_epoch=run.lease_epoch, result=result
         )
     )
-    assert len(sqls) == 18, sqls
+    assert len(sqls) == 14, sqls
     assert appended_once(sqls)
 
 
@@ -119,5 +123,5 @@ def test_the_reaper_fails_a_run_in_one_append() -> None:
     create_command(run_id=run.id, type="turn", payload={"text": "hi"})
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     sqls = statements(lambda: reap_expired_leases(limit=10, grace_ms=0))
-    assert len(sqls) == 15, sqls
+    assert len(sqls) == 11, sqls
     assert appended_once(sqls)

@@ -5,10 +5,13 @@ envelope and writes nothing."""
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from agentrun import throttle
 from agentrun.parsers import MAX_JSON_DEPTH
 from runs.models import Event, Run
 from tests.api.helpers import API, claimed_run_with_command, fencing, run_body
@@ -65,6 +68,18 @@ def test_a_body_within_the_depth_limit_is_accepted() -> None:
     assert response.status_code == 201, response.content[:300]
 
 
+@pytest.fixture
+def one_throttle_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The throttle's clock held in the middle of one window. Its windows are fixed (they
+    end every 60 s of wall time), so a test whose guesses and checks straddled an end saw
+    the count start again: a failure on a slow machine, where 20 password hashes take
+    seconds."""
+    window = throttle.KEY_FAILURE_WINDOW_S
+    middle = (int(time.time() // window) + 0.5) * window
+    monkeypatch.setattr(throttle, "time", SimpleNamespace(time=lambda: middle))
+
+
+@pytest.mark.usefixtures("one_throttle_window")
 def test_guessing_api_keys_from_one_address_is_throttled_with_retry_after() -> None:
     from agentrun.throttle import MAX_KEY_FAILURES
     from tests.builders import api_client
@@ -82,6 +97,7 @@ def test_guessing_api_keys_from_one_address_is_throttled_with_retry_after() -> N
     assert right.get(f"{API}/runs", REMOTE_ADDR="10.0.0.9").status_code == 200
 
 
+@pytest.mark.usefixtures("one_throttle_window")
 def test_guessing_admin_passwords_is_throttled_even_for_the_right_one() -> None:
     from django.contrib.auth.models import User
     from django.test import Client

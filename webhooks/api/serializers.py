@@ -7,6 +7,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
+from agentrun.api import row_fields
 from agentrun.validation import IdField, StrictSerializer
 from runs.models import EventType
 from webhooks.models import WebhookDelivery, WebhookEndpoint
@@ -123,22 +124,9 @@ class DeliveryOut(serializers.ModelSerializer[WebhookDelivery]):
 
     class Meta:
         model = WebhookDelivery
-        fields = [
-            "seq",
-            "event_id",
-            "run_id",
-            "event_type",
-            "partition_key",
-            "state",
-            "attempt_count",
-            "last_status_code",
-            "last_response",
-            "last_error",
-            "next_attempt_at",
-            "delivered_at",
-            "replay_of",
-            "created_at",
-        ]
+        fields = row_fields(
+            WebhookDelivery, hide={"endpoint_id", "lease_owner", "lease_expires_at"}, then=["state"]
+        )
 
     def get_state(self, delivery: WebhookDelivery) -> str:
         return str(delivery.state_at(timezone.now()))

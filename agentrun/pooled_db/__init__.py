@@ -1,0 +1,1 @@
+"""The PostgreSQL backend of a pooling server process (see `base`)."""

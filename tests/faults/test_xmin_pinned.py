@@ -83,6 +83,9 @@ def test_idle_transaction_pinning_xmin(
     )
     with relay:
         load.start()
+        # The windows start once the relay process is up and delivering: on a loaded
+        # machine its start alone can take a window, which is not what is measured here.
+        wait_for(lambda: _progress()[0] > 0, 60, "the relay's first deliveries", 0.1)
         before = _progress()
         started = time.monotonic()
         while time.monotonic() - started < PIN_SECONDS:

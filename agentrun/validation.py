@@ -153,13 +153,17 @@ class ReservedIdField(IdField):
         self.validators.append(_RESERVED_ID)
 
 
+# Built once: an unbound field keeps no state while it validates, so every request (and
+# thread) can share it; building one per call was a visible share of a request's CPU.
+_PATH_ID_FIELDS: dict[bool, IdField] = {False: IdField(), True: ReservedIdField()}
+
+
 def validate_path_id(value: str, *, field: str = "id", reserved: bool = False) -> str:
     """An id taken from the URL path obeys the `IdField` rules (at most 200 characters, no
     NUL or lone surrogate), or is a 400 naming it: it must never reach the database as a
     500. A `reserved` id (a path that may create the object) obeys `ReservedIdField`."""
     try:
-        id_field = ReservedIdField() if reserved else IdField()
-        return str(id_field.run_validation(value))
+        return str(_PATH_ID_FIELDS[reserved].run_validation(value))
     except serializers.ValidationError as error:
         detail = error.detail[0] if isinstance(error.detail, list) else error.detail
         raise invalid(f"{field}: {detail}", field=field) from error

@@ -8,7 +8,16 @@ the histogram), and:
 - LogContextMiddleware binds the request's id and the ids of its target to every log line;
 - JsonErrorMiddleware renders the errors Django answers without an exception (a 405 from
   a plain view, a CSRF 403) as the JSON envelope outside `/admin/`, and turns an exhausted
-  connection pool into 503 `database_busy` with Retry-After instead of a 500.
+  connection pool into 503 `database_busy` with Retry-After instead of a 500;
+- the Browser* middleware are Django's session, CSRF, auth and messages middleware for
+  every path but `/api/`: only the admin and the operations console (cookie sessions,
+  CSRF-protected forms, flash messages) use them. An `/api/` request authenticates by its
+  bearer key and every DRF view is CSRF-exempt, so there they only cost CPU (a session
+  store, a lazy user and a message storage per request: issue 18, about a tenth of a
+  gunicorn worker's on-CPU samples on the runner append). Each subclasses Django's own, so
+  the admin's system checks still find them, and keeps its place in MIDDLEWARE; for an
+  `/api/` path it hands the request straight on (sync or async: the inner handler's answer,
+  awaitable or not, is returned as is).
 """
 
 from __future__ import annotations
@@ -19,7 +28,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest, HttpResponseBase
+from django.middleware.csrf import CsrfViewMiddleware
 
 from agentrun import logs
 from agentrun.error_views import envelope_response, wants_html
@@ -183,3 +196,49 @@ class StaticFilesMiddleware(_Both):
             return served
         inner: Awaitable[HttpResponseBase] = self.get_response(request)
         return await inner
+
+
+API_PREFIX = "/api/"
+
+
+def is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+class _BrowserOnly:
+    """Mixed in before a Django middleware: an `/api/` request skips it."""
+
+    get_response: Handler
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if is_api(request):
+            return self.get_response(request)
+        return super().__call__(request)  # type: ignore[misc]  # the Django middleware's
+
+
+class BrowserSessionMiddleware(_BrowserOnly, SessionMiddleware):
+    pass
+
+
+class BrowserCsrfViewMiddleware(_BrowserOnly, CsrfViewMiddleware):
+    """CSRF stays enforced on every path but `/api/`, whose DRF views are exempt anyway."""
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        callback: Callable[..., HttpResponseBase],
+        callback_args: tuple[Any, ...],
+        callback_kwargs: dict[str, Any],
+    ) -> Any:
+        # Django's handler calls every middleware's process_view, whatever its __call__ did.
+        if is_api(request):
+            return None
+        return super().process_view(request, callback, callback_args, callback_kwargs)
+
+
+class BrowserAuthenticationMiddleware(_BrowserOnly, AuthenticationMiddleware):
+    pass
+
+
+class BrowserMessageMiddleware(_BrowserOnly, MessageMiddleware):
+    pass

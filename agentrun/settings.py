@@ -102,11 +102,12 @@ MIDDLEWARE = [
     "agentrun.middleware.JsonErrorMiddleware",  # the JSON envelope outside /admin/
     "django.middleware.security.SecurityMiddleware",
     "agentrun.middleware.StaticFilesMiddleware",  # /static/ always (whitenoise, async-capable)
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, CSRF, the user and messages: the admin's and the console's, not /api/'s.
+    "agentrun.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "agentrun.middleware.BrowserCsrfViewMiddleware",
+    "agentrun.middleware.BrowserAuthenticationMiddleware",
+    "agentrun.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

@@ -69,7 +69,7 @@ def control_plane(tmp_path: Path) -> Iterator[str]:
 def _ready(url: str) -> bool:
     try:
         return requests.get(f"{url}/readyz", timeout=2).status_code == 200
-    except requests.ConnectionError:
+    except requests.RequestException:  # refused, or too slow to answer while it starts
         return False
 
 

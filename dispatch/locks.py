@@ -81,14 +81,20 @@ minted AS (
     SELECT k.n, k.key->>'id' AS id, k.key->>'prefix' AS prefix, k.key->>'digest' AS digest
     FROM jsonb_array_elements(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n)
 ),
+keyed AS MATERIALIZED (
+    SELECT c.*, m.id AS key_id, m.prefix AS key_prefix, m.digest AS key_digest,
+           'runner job ' || c.runner_job_id || ' (attempt ' || c.attempt_count || ')'
+             AS key_name
+    FROM numbered c JOIN minted m ON m.n = c.n
+),
 issued AS (
     INSERT INTO agentrun_api_keys (
         id, name, tenant_id, role, run_id, key_prefix, key_digest, created_at, expires_at)
-    SELECT m.id, 'runner job ' || c.runner_job_id || ' (attempt ' || c.attempt_count || ')',
-           c.tenant_id, %(role)s, c.run_id, m.prefix, m.digest, %(now)s, %(expires_at)s
-    FROM numbered c JOIN minted m ON m.n = c.n
+    SELECT key_id, key_name, tenant_id, %(role)s, run_id, key_prefix, key_digest, %(now)s,
+           %(expires_at)s
+    FROM keyed
 )
-SELECT c.*, m.id AS key_id FROM numbered c JOIN minted m ON m.n = c.n ORDER BY c.n
+SELECT * FROM keyed ORDER BY n
 """  # noqa: S608 (the fragments are constants of this module)
 
 
@@ -110,9 +116,10 @@ def claim_due_intents_with_keys(
     *, owner: str, lease_ms: int, keys: list[MintedKey], expires_at: datetime
 ) -> list[dict[str, Any]]:
     """`claim_due_intents` of up to `len(keys)` intents, and each claimed intent's
-    run-scoped runner key inserted by the same statement (`key_id` in its row: the n-th
-    claim holds the n-th key). Autocommitted: must be called outside any transaction, so
-    the claim and its keys are committed before the caller launches (rule 7)."""
+    run-scoped runner key inserted by the same statement (`key_id` and `key_name` in its
+    row: the n-th claim holds the n-th key). Autocommitted: must be called outside any
+    transaction, so the claim and its keys are committed before the caller launches
+    (rule 7)."""
     assert not connection.in_atomic_block, "a claim with keys commits on its own"
     params = {
         "owner": owner,

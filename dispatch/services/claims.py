@@ -151,15 +151,19 @@ def claim_intents_with_keys(
     keyed = []
     for row in rows:
         claim = IntentClaim.from_row(row)
-        keyed.append((claim, _issued_runner_key(claim, by_id[row["key_id"]], expires_at)))
+        key = by_id[row["key_id"]]
+        keyed.append((claim, _issued_runner_key(claim, key, row["key_name"], expires_at)))
     return keyed
 
 
-def _issued_runner_key(claim: IntentClaim, minted: MintedKey, expires_at: datetime) -> IssuedKey:
-    """The key row the claim statement wrote, as `issue_api_keys` would have returned it."""
+def _issued_runner_key(
+    claim: IntentClaim, minted: MintedKey, name: str, expires_at: datetime
+) -> IssuedKey:
+    """The key row the claim statement wrote, as `issue_api_keys` would have returned it
+    (its name as the statement spelled it)."""
     api_key = ApiKey(
         id=minted.id,
-        name=f"runner job {claim.runner_job_id} (attempt {claim.attempt_count})",
+        name=name,
         tenant_id=claim.tenant_id,
         role=ApiKeyRole.RUNNER,
         run_id=claim.run_id,

@@ -7,6 +7,7 @@ job's host details (pid, argv, paths) are shown to operators only.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -108,6 +109,39 @@ class EventOut(serializers.ModelSerializer[Event]):
     class Meta:
         model = Event
         fields = ["id", "run_id", "seq", "type", "payload", "created_at"]
+
+
+@cache
+def _event_out_fields() -> dict[str, Any]:
+    """`EventOut`'s fields, built once: a ModelSerializer builds them per instance, and an
+    unbound field keeps no state while it represents a value, so threads may share them."""
+    return dict(EventOut().fields)
+
+
+def appended_events_out(events: list[Event]) -> list[dict[str, Any]]:
+    """`EventOut` of an append's events (its answer), field by field as `EventOut` renders
+    them but each timestamp once: an append's events share theirs. Per event the whole
+    serializer cost about as much CPU as the append's own statements (bench cell 2, batch
+    100); `tests/api/test_output_fields.py` pins both to the same output."""
+    fields = _event_out_fields()
+    created_at, seq, payload = fields["created_at"], fields["seq"], fields["payload"]
+    times: dict[Any, Any] = {}
+    items = []
+    for event in events:
+        when = event.created_at
+        if when not in times:
+            times[when] = created_at.to_representation(when)
+        items.append(
+            {
+                "id": event.id,
+                "run_id": event.run_id,
+                "seq": seq.to_representation(event.seq),
+                "type": event.type,
+                "payload": payload.to_representation(event.payload),
+                "created_at": times[when],
+            }
+        )
+    return items
 
 
 class EventPageOut(serializers.Serializer[Any]):

@@ -268,7 +268,7 @@ def _check_usage(item: dict[str, Any], *, field: str) -> None:
 class EventAppendIn(RunnerWriteIn):
     """One event (`type`, `payload`) or a batch (`events`), appended atomically."""
 
-    plain_fast_path = True  # one event per request is the runner's common append
+    plain_fast_path = True  # the runner's append: one event, or a batch in `events`
 
     type = _event_type_field(required=False)
     payload = BoundedJSONObjectField(max_bytes=EVENT_PAYLOAD_MAX, required=False)

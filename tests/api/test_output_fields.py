@@ -180,3 +180,29 @@ def test_an_output_shows_exactly_its_pinned_keys(path: str) -> None:
 def test_no_output_shows_a_secret_or_a_lease_owner() -> None:
     shown = set().union(*PINNED.values())
     assert not shown & {"secret", "previous_secret", "key_digest", "lease_owner", "request_key"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_appends_answer_is_event_out_of_its_events() -> None:
+    """The append's answer (`appended_events_out`, field by field) is `EventOut` exactly,
+    of the events it returns and of the rows as stored."""
+    from django.db import transaction
+
+    from runs.api.outputs import EventOut, appended_events_out
+    from runs.locks import lock_run
+    from runs.models import Event
+    from runs.services.event_log import NewEvent, append_events_locked
+    from tests.builders import make_run
+
+    run = make_run()
+    payloads = [{"stream": "stdout", "message": "é\u2028"}, {}, {"nested": {"a": [1, 2.5, None]}}]
+    with transaction.atomic():
+        appended = append_events_locked(
+            run=lock_run(run.id), events=[NewEvent("log", p) for p in payloads]
+        )
+    answer = appended_events_out(appended)
+    assert answer == EventOut(appended, many=True).data
+    stored = Event.objects.filter(run_id=run.id).order_by("seq")
+    assert answer == EventOut(stored, many=True).data
+    assert [list(item) for item in answer] == [list(EventOut.Meta.fields)] * len(payloads)
+    assert [item["payload"] for item in answer] == payloads

@@ -70,7 +70,47 @@ def _bodies() -> list[Any]:
     return bodies
 
 
-@pytest.mark.parametrize("body", _bodies())
+def _batches() -> list[Any]:
+    """Batch bodies (`events`): good items, items with every kind of wrong value, empty,
+    missing payloads (DRF stores the default), too many items, items that are not objects."""
+    rng = random.Random(180)
+    item_variants: dict[str, list[Any]] = {
+        "type": VARIANTS["type"],
+        # Every payload variant but the 1 MiB one (per item, it made the test slow).
+        "payload": [p for p in VARIANTS["payload"] if not (isinstance(p, dict) and "big" in p)],
+        "extra": [1],
+    }
+    good_item = {"type": "log", "payload": {"stream": "stdout", "message": "x"}}
+    base = {"runner_id": "runner-1", "lease_epoch": 3}
+    bodies: list[Any] = [
+        {**base, "events": [good_item] * 3},
+        {**base, "events": [{"type": "log"}, good_item]},
+        {**base, "events": [good_item] * 500},
+        {**base, "events": [good_item] * 501},
+        {**base, "events": []},
+        {**base, "events": [good_item, "log"]},
+        {**base, "events": [good_item, None]},
+        {**base, "events": {"type": "log"}},
+        {**base, "events": [good_item], "payload": {}},
+        {**base, "events": [good_item], "type": "log"},
+        {**base, "events": [{"type": "backend_status", "payload": {"phase": "command-terminal"}}]},
+        {**base, "events": [{"type": "token_usage", "payload": {"input_tokens": -1}}]},
+    ]
+    for _ in range(200):
+        items = []
+        for _ in range(rng.randint(1, 4)):
+            item = dict(good_item)
+            for key, values in item_variants.items():
+                if rng.random() < 0.25:
+                    item[key] = rng.choice(values)
+                elif key != "extra" and rng.random() < 0.1:
+                    item.pop(key, None)
+            items.append(item)
+        bodies.append({**base, "events": items})
+    return bodies
+
+
+@pytest.mark.parametrize("body", _bodies() + _batches())
 def test_plain_path_agrees_with_the_full_path(body: Any) -> None:
     assert _outcome(EventAppendIn, body) == _outcome(FullPathEventAppendIn, body)
 
@@ -82,8 +122,20 @@ def test_a_single_event_is_validated_without_building_the_fields() -> None:
     assert serializer.new_events()[0].payload == GOOD["payload"]
 
 
-def test_a_batch_still_takes_the_full_path() -> None:
-    body = {"runner_id": "r", "lease_epoch": 1, "events": [{"type": "log"}]}
-    serializer = EventAppendIn(data=body, context={"json_body": True})
+def test_a_batch_is_validated_without_building_the_fields() -> None:
+    events = [{"type": "log", "payload": {"n": n}} for n in range(100)] + [{"type": "log"}]
+    body = {"runner_id": "r", "lease_epoch": 1, "events": events}
+    serializer = EventAppendIn(data=copy.deepcopy(body), context={"json_body": True})
     assert serializer.is_valid()
+    assert "fields" not in serializer.__dict__
+    assert [event.payload for event in serializer.new_events()] == [
+        {"n": n} for n in range(100)
+    ] + [{}]
+
+
+def test_a_batch_with_a_bad_item_takes_the_full_path_for_its_400() -> None:
+    body = {"runner_id": "r", "lease_epoch": 1, "events": [{"type": "log"}, {"type": "nope"}]}
+    serializer = EventAppendIn(data=body, context={"json_body": True})
+    assert not serializer.is_valid()
     assert "fields" in serializer.__dict__
+    assert "events" in serializer.errors

@@ -96,14 +96,15 @@ def _plain_items(field: serializers.ListSerializer[Any], data: Any) -> list[Any]
     through its serializer's `validate`), when the list and every item qualify; else None.
     A batch of runner events is this: each item validated once, by the shared fields."""
     child = field.child
+    most, least = getattr(field, "max_length", None), getattr(field, "min_length", None)
     if (
         type(data) is not list
         or not isinstance(child, StrictSerializer)
         or field.validators
         or child.validators
         or (not data and not field.allow_empty)
-        or (field.max_length is not None and len(data) > field.max_length)
-        or (field.min_length is not None and len(data) < field.min_length)
+        or (most is not None and len(data) > most)
+        or (least is not None and len(data) < least)
     ):
         return None
     items = []

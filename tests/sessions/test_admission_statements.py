@@ -35,7 +35,9 @@ Since issue 18's fifth round the new turn's rows go in the statement of the sess
 UPDATE that points at them (`sessions.sql.update_session_columns(lead=…)`), and that
 statement also checks the run's backend profile exists (an ORM `exists()` before):
 created 13 → 11, created on an ended session 10 → 8, interrupt 13 → 11, stale turn
-replaced 15 → 13, steer through admission 12 → 11.
+replaced 15 → 13, steer through admission 12 → 11. A session cancel locks the run's
+commands once, with the run (it locked the active one, the session, then all of them
+again): 12 → 11.
 """
 
 from __future__ import annotations
@@ -192,5 +194,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 12, sqls
+    assert len(sqls) == 11, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

@@ -254,3 +254,15 @@ def end_run(
         task_id, queued = cursor.fetchone()
     mark_inserted([write.row for write in writes if write.fields is None])
     return QueueOfRun(task_id, bool(queued))
+
+
+# --- a new run's backend profile, checked in its insert statement ----------------------
+#
+# Why raw: run creation inside a collecting block (`agentrun.row_inserts`) checks its
+# backend profile in the statement that inserts the run (its ORM `exists()` was a round
+# trip and ~0.5 ms of query compilation per turn admission, bench cell 9).
+
+
+def backend_exists_check(profile: str) -> tuple[str, list[Any]]:
+    """The boolean SQL expression "the backend profile exists", and its parameters."""
+    return "EXISTS (SELECT FROM agentrun_backends WHERE profile = %s)", [profile]

@@ -30,6 +30,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from agentrun.deferred_writes import collecting_into
+from agentrun.row_inserts import InsertStatement, write_inserts
 from sessions.models import Session
 from sessions.sql import update_session_columns
 
@@ -47,6 +48,7 @@ class PendingSessionWrites:
 
     def __init__(self) -> None:
         self._rows: dict[str, _PendingRow] = {}
+        self._lead: InsertStatement | None = None
 
     def row(self, session_id: str) -> Session | None:
         """The collected instance of a session, if this transaction touched it already:
@@ -70,17 +72,30 @@ class PendingSessionWrites:
         """`session` was inserted by this transaction, with a version of its own."""
         self._rows.setdefault(session.session_id, _PendingRow(session)).versioned = True
 
+    def lead_with(self, statement: InsertStatement | None) -> None:
+        """Insert `statement`'s rows (`agentrun.row_inserts.PendingInserts.take`) in the
+        first session UPDATE of `write`, or on their own if no row has changes: one round
+        trip where there were two."""
+        self._lead = statement
+
     def write(self) -> None:
         """Write every touched row once, in session id order (each is locked already)."""
         rows, self._rows = self._rows, {}
+        lead, self._lead = self._lead, None
         for session_id in sorted(rows):
-            self._write(rows[session_id])
+            if self._write(rows[session_id], lead=lead):
+                lead = None
+        if lead is not None:
+            write_inserts(lead)
 
     @staticmethod
-    def _write(pending: _PendingRow) -> None:
+    def _write(pending: _PendingRow, *, lead: InsertStatement | None = None) -> bool:
+        """Write the row's changes (after `lead`'s inserts); False when it has none."""
         bump = pending.bump and not pending.versioned
-        if pending.fields or bump:
-            update_session_columns(pending.session, pending.fields, bump=bump)
+        if not (pending.fields or bump):
+            return False
+        update_session_columns(pending.session, pending.fields, bump=bump, lead=lead)
+        return True
 
 
 _COLLECTING: ContextVar[PendingSessionWrites | None] = ContextVar(

@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models import Field
 
 from agentrun.raw_sql import read_models
+from agentrun.row_inserts import InsertStatement
 from agentrun.versions import SESSION_VERSIONS
 from sessions.models import Session
 
@@ -34,11 +35,16 @@ def read_session(session_id: str) -> Session | None:
     return found[0] if found else None
 
 
-def update_session_columns(session: Session, fields: Iterable[str], *, bump: bool) -> None:
+def update_session_columns(
+    session: Session, fields: Iterable[str], *, bump: bool, lead: InsertStatement | None = None
+) -> None:
     """`UPDATE agentrun_sessions SET <fields> = <the instance's values> WHERE session_id`;
     with `bump`, also a new version (`sessions.versions`), drawn in the same statement under
     the feed's shared lock and stored on the instance. Needs the caller's transaction and
-    the session row lock, and comes after every other row lock the transaction takes."""
+    the session row lock, and comes after every other row lock the transaction takes.
+    `lead`: the block's new rows (`agentrun.row_inserts`), inserted by the same statement,
+    before the UPDATE (its new run and command are what the row points at; the foreign
+    keys are checked at the end of the statement), and their checks read back."""
     names = tuple(sorted(set(fields) - {"version"}))
     sql, model_fields = _update_shape(names, bump)
     values = [getattr(session, field.attname) for field in model_fields]
@@ -47,10 +53,35 @@ def update_session_columns(session: Session, fields: Iterable[str], *, bump: boo
         for field, value in zip(model_fields, values, strict=True)
     ]
     gate = SESSION_VERSIONS.drawn_in_statement()[1] if bump else []
+    params = [*gate, *params, session.session_id]
+    if lead is not None:
+        sql = _led_by_inserts(sql, lead, bump=bump)
+        params = [*lead.params, *params, *lead.checks_params]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*gate, *params, session.session_id])
-        if bump:
-            session.version = cursor.fetchone()[0]
+        cursor.execute(sql, params)
+        row = cursor.fetchone() if bump or lead is not None else None
+    if bump:
+        assert row is not None
+        session.version = row[0]
+    if lead is not None:
+        assert row is not None
+        lead.written(row[1:])
+
+
+def _led_by_inserts(sql: str, lead: InsertStatement, *, bump: bool) -> str:
+    """The session UPDATE `sql` as the last CTE of a statement that first inserts `lead`'s
+    rows and selects the row's version (new with `bump`), then `lead`'s check columns."""
+    ctes = [lead.ctes] if lead.ctes else []
+    if bump:  # `WITH locked AS (…) UPDATE …`: the shared lock is one more CTE
+        assert sql.startswith("WITH ")
+        head, _, update = sql[len("WITH ") :].rpartition(")\nUPDATE ")
+        ctes.append(head + ")")
+        update = "UPDATE " + update
+    else:
+        update = sql + ' RETURNING "version"'
+    ctes.append(f"s AS ({update})")
+    # The CTEs and checks are built from the models and the services' own text, never input.
+    return f"WITH {', '.join(ctes)}\nSELECT (SELECT version FROM s), {lead.checks_sql}"  # noqa: S608
 
 
 @cache

@@ -22,7 +22,7 @@ from agentrun.errors import conflict, invalid, lease_conflict
 from agentrun.hashing import stable_hash
 from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
-from agentrun.row_inserts import insert_row
+from agentrun.row_inserts import Check, insert_row, pending_inserts
 from dispatch import intents
 from runs.locks import lock_run, lock_run_commands
 from runs.models import (
@@ -47,6 +47,7 @@ from runs.services.terminal import (
     release_claim_locked,
     terminalize_run_locked,
 )
+from runs.sql import backend_exists_check
 from sessions import projection
 
 if TYPE_CHECKING:
@@ -147,11 +148,7 @@ def create_run_locked(
             if run_fingerprint(existing) != spec.fingerprint(tenant_id):
                 raise conflict(f"run {run_id} already exists with a different input")
             return CreatedRun(existing, created=False)
-    if not Backend.objects.filter(profile=spec.backend_profile).exists():
-        raise invalid(
-            f"backend_profile: unknown backend profile {spec.backend_profile!r}",
-            field="backend_profile",
-        )
+    _check_backend(spec.backend_profile)
     session_ref = spec.session_ref
     if session_ref is None:
         session = None
@@ -177,6 +174,22 @@ def create_run_locked(
     insert_row(run)  # now, or with the caller's other new rows (`agentrun.row_inserts`)
     projection.touch_session_for_run_locked(run, bump=False, session=session, last_run_id=run.id)
     return CreatedRun(run, created=True, session=session)
+
+
+def _check_backend(profile: str) -> None:
+    """400 unless the backend profile exists: now, or (inside a collecting block, where the
+    run is inserted at its end) in the insert statement, a round trip saved."""
+
+    def unknown() -> Exception:
+        return invalid(
+            f"backend_profile: unknown backend profile {profile!r}", field="backend_profile"
+        )
+
+    pending = pending_inserts()
+    if pending is not None:
+        pending.require(Check(*backend_exists_check(profile), refusal=unknown))
+    elif not Backend.objects.filter(profile=profile).exists():
+        raise unknown()
 
 
 def claim_run(*, run_id: str, runner_id: str, lease_ms: int) -> Run:

@@ -33,7 +33,7 @@ from django.utils import timezone
 from agentrun.errors import AgentRunError, conflict, not_found
 from agentrun.hashing import stable_hash
 from agentrun.locks import LockKey, advisory_xact_lock
-from agentrun.row_inserts import collecting_inserts
+from agentrun.row_inserts import collecting_inserts, pending_inserts
 from agentrun.tenancy import Scope
 from dispatch import intents
 from dispatch.selectors import intent_of
@@ -48,7 +48,7 @@ from sessions.locks import lock_session
 from sessions.models import Session
 from sessions.projection import check_boundary
 from sessions.services.stale import terminalize_stale_turn_locked, turn_is_stale
-from sessions.session_writes import collecting_session_writes
+from sessions.session_writes import collecting_session_writes, pending_session_writes
 from sessions.sql import read_session
 from sessions.turn_queue import turn_queue
 from sessions.turns import Admission, TurnRequest
@@ -86,10 +86,14 @@ def admit_turn_locked(*, request: TurnRequest) -> Admission:
             backend=request.spec.backend_profile,
         )
     events = PendingEvents()
-    # The new rows (run, command, intent) go in one statement at the end of the inner
-    # block, before the session row that points at them and their run's events.
-    with collecting_session_writes(), collecting_inserts():
+    # The new rows (run, command, intent) go in one statement at the end of the block:
+    # the session row's UPDATE that points at them (when this block is the outermost of
+    # both collectors: nothing runs between their ends), before their run's events.
+    outermost = pending_session_writes() is None and pending_inserts() is None
+    with collecting_session_writes() as sessions, collecting_inserts() as inserts:
         admission = _admit_locked(request, observed, events)
+        if outermost:
+            sessions.lead_with(inserts.take())
     events.append_locked()
     return admission
 

@@ -16,13 +16,17 @@ from agentrun.locks import LockKey, advisory_xact_lock
 from agentrun.tenancy import Scope
 from runs.services.cancellation import CancelOutcome, cancel_run_locked
 from runs.services.command_lifecycle import CreatedCommand, create_command_locked
-from sessions.models import Session
 from sessions.services.admission import ActiveTurn, lock_active_turn
+from sessions.sql import read_session
 
 
-def _active_turn(session_id: str, scope: Scope) -> ActiveTurn | None:
-    observed = Session.objects.filter(pk=session_id).first()
-    return lock_active_turn(scope.require(observed, kind="session", object_id=session_id))
+def _active_turn(session_id: str, scope: Scope, *, all_commands: bool = False) -> ActiveTurn | None:
+    """The session's live active turn, locked (`lock_active_turn`). The observed row is
+    read raw (`sessions.sql`): a round trip without the ORM's query compilation."""
+    observed = read_session(session_id)
+    return lock_active_turn(
+        scope.require(observed, kind="session", object_id=session_id), all_commands=all_commands
+    )
 
 
 def admit_steer(
@@ -64,9 +68,15 @@ def cancel_session(
     """Cancel the session's active turn; None when it has none (nothing changes)."""
     with transaction.atomic(durable=True):
         advisory_xact_lock(LockKey.SESSION_TURN_ADMISSION, session_id)
-        active = _active_turn(session_id, scope)
+        # Every command of the run locked once, with the run (run → commands → session):
+        # the cancel closes them all, and would otherwise lock them again.
+        active = _active_turn(session_id, scope, all_commands=True)
         if active is None:
             return None
         return cancel_run_locked(
-            active.run, reason=reason, requested_by=requested_by, session=active.session
+            active.run,
+            reason=reason,
+            requested_by=requested_by,
+            session=active.session,
+            commands=active.commands,
         )

@@ -31,6 +31,13 @@ session 13 → 10, interrupt 17 → 14, stale turn replaced 19 → 16. That stat
 reads the run's queue task and its session's queued turns (the run's end asked them in a
 query of their own): interrupt 14 → 13, stale turn replaced 16 → 15, session cancel
 13 → 12.
+Since issue 18's fifth round the new turn's rows go in the statement of the session
+UPDATE that points at them (`sessions.sql.update_session_columns(lead=…)`), and that
+statement also checks the run's backend profile exists (an ORM `exists()` before):
+created 13 → 11, created on an ended session 10 → 8, interrupt 13 → 11, stale turn
+replaced 15 → 13, steer through admission 12 → 11. A session cancel locks the run's
+commands once, with the run (it locked the active one, the session, then all of them
+again): 12 → 11.
 """
 
 from __future__ import annotations
@@ -88,7 +95,7 @@ def appends_once(sqls: list[str]) -> bool:
 
 def test_a_created_turn_on_a_new_session() -> None:
     sqls = statements(lambda: admit("s-new", "hi", dispatch={}))
-    assert len(sqls) == 13, sqls
+    assert len(sqls) == 11, sqls
     assert appends_once(sqls)
     # The version the INSERT drew is the only one: nobody saw the row before this commit.
     assert writes_session_once(sqls)
@@ -101,7 +108,7 @@ def test_a_created_turn_on_a_session_whose_last_turn_ended_locks_its_row_once() 
         session_id="s-ended", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
     )
     sqls = statements(lambda: admit("s-ended", "second", dispatch={}))
-    assert len(sqls) == 10, sqls
+    assert len(sqls) == 8, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
@@ -114,7 +121,7 @@ def test_an_interrupt_appends_both_runs_events_at_once(claimed: bool) -> None:
     if claimed:
         claim(first.run.id)
     sqls = statements(lambda: admit("s-int", "second", dispatch={}, when_busy="interrupt"))
-    assert len(sqls) == 13, sqls
+    assert len(sqls) == 11, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
     # the request, inserted once (in the statement that ends the run), never updated
     assert sum('INSERT INTO "agentrun_cancel_requests"' in sql for sql in sqls) == 1
@@ -139,7 +146,7 @@ def test_a_stale_turn_replaced_by_a_new_one() -> None:
         lease_expires_at=timezone.now() - timedelta(seconds=5)
     )
     sqls = statements(lambda: admit("s-stale", "second", dispatch={}))
-    assert len(sqls) == 15, sqls
+    assert len(sqls) == 13, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
@@ -154,7 +161,8 @@ def test_a_steer(through: str) -> None:
                 session_id="s-steer", scope=Scope.tenant("tenant-a"), payload={"text": "x"}
             )
         )
-    assert len(sqls) == 12, sqls
+    # through admission, the steer command goes in the session UPDATE's statement
+    assert len(sqls) == (11 if through == "admit_turn" else 12), sqls
     assert session_locks(sqls) == 1 and appends_once(sqls) and writes_session_once(sqls)
 
 
@@ -186,5 +194,5 @@ def test_a_session_cancel() -> None:
             session_id="s-cancel", scope=Scope.tenant("tenant-a"), reason="stop", requested_by=None
         )
     )
-    assert len(sqls) == 12, sqls
+    assert len(sqls) == 11, sqls
     assert session_locks(sqls) == 1 and appends_once(sqls)

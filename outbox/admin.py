@@ -79,7 +79,9 @@ class KafkaEventOutboxAdmin(LeasedRowAdmin):
     ]
     list_filter = [OutboxStateFilter, "topic", "created_at"]
     search_fields = ["=id", "=event_id", "=run__id", "=partition_key"]
-    ordering = ["-outbox_seq"]
+    # Newest first by id (time-ordered, and the primary key's index): `outbox_seq` has an
+    # index of undelivered rows only (migration 0004), so ordering by it sorted the table.
+    ordering = ["-id"]
     readonly_fields = ["related"]
     actions = [RELEASE_NOW]
 

@@ -31,7 +31,9 @@ OutboxState = DeliveryState
 
 
 class KafkaEventOutbox(RelayedDelivery, TextIdModel, Timestamped):
-    outbox_seq = models.BigIntegerField(unique=True)
+    # Unique by construction (one global sequence), so no unique index: a full index on it
+    # took an entry per settled row (migration 0004).
+    outbox_seq = models.BigIntegerField()
     event_id = models.TextField()
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outbox_records")
     source_seq = models.IntegerField(help_text="The event's per-run seq.")
@@ -55,8 +57,15 @@ class KafkaEventOutbox(RelayedDelivery, TextIdModel, Timestamped):
         # is created by migration 0001 in SQL: Django caps `Index` names at 30 characters
         # and we keep the seed's name. The claim walks each key's undelivered rows in order
         # through it, and the status reads only undelivered rows. Migration 0002 sets the
-        # table's fillfactor and autovacuum and drops the `LIKE` copies of the id indexes.
+        # table's autovacuum and drops the `LIKE` copies of the id indexes; 0004 its fillfactor.
         indexes = [
+            # The status's and the doctor's "first in line": the lowest undelivered seqs. Partial,
+            # so settling a record (which sets `delivered_at`) adds no entry to it.
+            partial_index(
+                "outbox_seq",
+                where=models.Q(delivered_at__isnull=True),
+                name="agentrun_kobx_pending_seq_idx",
+            ),
             # Pruning deletes the oldest delivered rows first.
             partial_index(
                 "delivered_at",

@@ -22,7 +22,8 @@ by the caller (`runs.locks`): the statement starts after the locks were granted,
 snapshot sees every event committed before them, and the seqs it computes are the next
 ones. The session rows are locked by the UPDATE in session id order (an index scan of
 `= ANY`), after the run rows, as the lock order wants; the outbox key locks come after,
-in the caller's next statement (`outbox.record`).
+in CTEs the caller adds to the same statement (`outbox.record`), which read every row of
+the session UPDATE before they take the first key lock.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ sess AS (
       last_activity_at = %(now)s,
       updated_at = %(now)s
   WHERE s.session_id = ANY(%(sessions)s::text[])
-)
+  RETURNING 1
+){extra}
 SELECT b.run_id, b.seq,
        EXISTS (SELECT 1 FROM agentrun_webhook_endpoints w
                WHERE w.tenant_id = ANY(%(tenants)s::text[]) AND w.enabled
@@ -123,10 +125,14 @@ def insert_events(
     session_runs: dict[str, str],
     tenants: list[str],
     now: datetime,
+    extra_ctes: tuple[str, dict[str, Any]] | None = None,
 ) -> InsertedEvents:
     """Insert `rows` after each run's last seq, in one statement. `session_runs`: session
-    id → the run whose last seq the session records; `tenants`: the runs' tenants. Needs
-    the caller's transaction and every run's row lock."""
+    id → the run whose last seq the session records; `tenants`: the runs' tenants.
+    `extra_ctes`: more CTEs for the same statement and their parameters (the outbox
+    records, `outbox.record.outbox_records_locked`), which may read `base` (each run's
+    last seq before the insert) and `sess` (one row per session row updated, and locked,
+    by then) and `%(now)s`. Needs the caller's transaction and every run's row lock."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.run_id] = counts.get(row.run_id, 0) + 1
@@ -147,8 +153,12 @@ def insert_events(
         "tenants": sorted(set(tenants)),
         "types": sorted({r.type for r in rows}),
     }
+    sql = _INSERT_EVENTS_SQL.replace("{extra}", "")
+    if extra_ctes is not None:
+        sql = _INSERT_EVENTS_SQL.replace("{extra}", f",\n{extra_ctes[0]}")
+        params.update(extra_ctes[1])
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_EVENTS_SQL, params)
+        cursor.execute(sql, params)
         found = cursor.fetchall()
     return InsertedEvents(
         last_seqs={run_id: seq for run_id, seq, _ in found},

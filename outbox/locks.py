@@ -76,7 +76,7 @@ obx AS (
          jsonb_set(d.rec->'value', '{data,seq}', to_jsonb(b.seq + (d.rec->>'k')::int)),
          d.rec->'headers' || jsonb_build_object(
            'seq', (b.seq + (d.rec->>'k')::int)::text, 'outbox_seq', d.outbox_seq::text),
-         0, %(now)s, %(now)s
+         0, %(now)s::timestamptz, %(now)s::timestamptz
   FROM obx_drawn d JOIN base b ON b.run_id = d.rec->>'run_id'
   ORDER BY d.ord
 )"""

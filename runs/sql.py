@@ -132,15 +132,16 @@ def insert_events(
     `extra_ctes`: more CTEs for the same statement and their parameters (the outbox
     records, `outbox.record.outbox_records_locked`), which may read `base` (each run's
     last seq before the insert) and `sess` (one row per session row updated, and locked,
-    by then) and `%(now)s`. Needs the caller's transaction and every run's row lock."""
+    by then) and `%(now)s::timestamptz`. Needs the caller's transaction and every run's
+    row lock."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.run_id] = counts.get(row.run_id, 0) + 1
     # Every parameter is a string (JSON text, array literals): the connection binds
     # parameters client side, where a list or a datetime costs a dumper lookup and Python
-    # quoting per element, per statement (10 % of an append's CPU with five lists and
-    # three datetimes, profiled single-threaded; issue 18). A JSON text or an array
-    # literal is one C-quoted string.
+    # quoting per element, per statement (10 % of an append's CPU with four lists, a
+    # Jsonb and three datetimes, profiled single-threaded; issue 18). A JSON text or an
+    # array literal is one C-quoted string.
     params: dict[str, Any] = {
         "runs": json.dumps([{"run_id": run_id, "n": n} for run_id, n in counts.items()]),
         "events": json.dumps(
@@ -155,6 +156,7 @@ def insert_events(
         "tenants": text_array(sorted(set(tenants))),
         "types": text_array(sorted({r.type for r in rows})),
     }
+    # `{extra}` marks where the caller's CTEs go (a plain replace, not a format string).
     sql = _INSERT_EVENTS_SQL.replace("{extra}", "")
     if extra_ctes is not None:
         sql = _INSERT_EVENTS_SQL.replace("{extra}", f",\n{extra_ctes[0]}")

@@ -158,10 +158,10 @@ def _event_rows(
 def _store(per_run: list[list[Event]]) -> None:
     """Insert the events of one or more locked runs and record what follows from them, in
     the documented lock order: every session row first, then every outbox key lock (both
-    in `insert_events`'s one statement). The other way round, two runs of one session deadlocked
-    (tests/soak found it): an append held the key and waited for the session row that a
-    finish of the session's other run held while it waited for the key to append its
-    terminal event."""
+    in `insert_events`'s one statement). The other way round, two runs of one session
+    deadlocked (tests/soak found it): an append held the key and waited for the session
+    row that a finish of the session's other run held while it waited for the key to
+    append its terminal event."""
     per_run = [rows for rows in per_run if rows]
     if not per_run:
         return

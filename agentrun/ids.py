@@ -11,17 +11,20 @@ import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 MAX_ID_LENGTH = 200
+# Every pair of digits, indexed by the 10 bits it spells: the 130 bits of a ULID (two
+# leading zero bits, the 48-bit time, the 80 random bits) are 13 lookups, where a digit at
+# a time (`divmod` by 32, 26 times) was ~10 µs of every id, one per event appended (issue 18).
+_PAIRS = [high + low for high in _ALPHABET for low in _ALPHABET]
+_SHIFTS = tuple(range(120, -1, -10))
 
 
-def _base32(value: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        value, index = divmod(value, 32)
-        chars.append(_ALPHABET[index])
-    return "".join(reversed(chars))
+def ulid_digits(value: int) -> str:
+    """The 26 Crockford base32 digits of a 128-bit value, most significant first."""
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def new_id(prefix: str) -> str:
     """Return a new id such as `run_01JD3K…` for the given type prefix."""
     millis = time.time_ns() // 1_000_000
-    return f"{prefix}_{_base32(millis, 10)}{_base32(secrets.randbits(80), 16)}"
+    return f"{prefix}_{ulid_digits((millis << 80) | secrets.randbits(80))}"

@@ -50,6 +50,8 @@ _SECRET_VALUE = re.compile(
     r"\bxox[abp]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b|\bar_[a-z]+_[A-Za-z0-9_-]{20,})"
 )
 
+# The fixed part of each `_SECRET_VALUE` alternative, in its order.
+_SECRET_VALUE_MARKERS = ("Bearer", "sk-", "ghp_", "xox", "AKIA", "ar_")
 
 # A JSON Web Token: base64url `{"…` header and payload, and a signature (maybe empty).
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
@@ -77,9 +79,11 @@ def _mask_assignment(match: re.Match[str]) -> str:
 
 
 def redact_text(text: str) -> str:
-    # Each pattern but the first needs a fixed substring: testing for it first skips most
-    # of the regex scans of an ordinary log line (every event payload is redacted).
-    text = _SECRET_VALUE.sub(REDACTED, text)
+    # Each pattern needs a fixed substring: testing for it first skips the regex scans of
+    # an ordinary log line (every event payload is redacted; the credential scan of a
+    # 170-character line was ~5 µs, the substring tests are a fraction of that).
+    if any(marker in text for marker in _SECRET_VALUE_MARKERS):
+        text = _SECRET_VALUE.sub(REDACTED, text)
     if "eyJ" in text:
         text = _JWT.sub(REDACTED, text)
     if "=" in text:

@@ -22,7 +22,8 @@ by the caller (`runs.locks`): the statement starts after the locks were granted,
 snapshot sees every event committed before them, and the seqs it computes are the next
 ones. The session rows are locked by the UPDATE in session id order (an index scan of
 `= ANY`), after the run rows, as the lock order wants; the outbox key locks come after,
-in the caller's next statement (`outbox.record`).
+in CTEs the caller adds to the same statement (`outbox.record`), which read every row of
+the session UPDATE before they take the first key lock.
 """
 
 from __future__ import annotations
@@ -62,14 +63,14 @@ OUTBOX_COMMIT_CHANNEL = "agentrun_outbox_committed"
 #   races endpoint creation against appends from real threads). No cache, so no staleness.
 _INSERT_EVENTS_SQL = """\
 WITH base AS MATERIALIZED (
-  SELECT r.run_id, r.n, r.ord,
+  SELECT r.run_id, r.n,
          coalesce((SELECT e.seq FROM agentrun_events e WHERE e.run_id = r.run_id
                    ORDER BY e.seq DESC LIMIT 1), 0) AS seq
-  FROM unnest(%(runs)s::text[], %(counts)s::int[]) WITH ORDINALITY AS r(run_id, n, ord)
+  FROM jsonb_to_recordset(%(runs)s::jsonb) AS r(run_id text, n int)
 ),
 ins AS (
   INSERT INTO agentrun_events (id, run_id, seq, type, payload, created_at)
-  SELECT e.id, e.run_id, b.seq + e.k, e.type, e.payload, %(now)s
+  SELECT e.id, e.run_id, b.seq + e.k, e.type, e.payload, %(now)s::timestamptz
   FROM jsonb_to_recordset(%(events)s::jsonb)
     AS e(id text, run_id text, k int, type text, payload jsonb)
   JOIN base b ON b.run_id = e.run_id
@@ -78,10 +79,11 @@ sess AS (
   UPDATE agentrun_sessions s
   SET last_event_seq = (SELECT b.seq + b.n FROM base b
                         WHERE b.run_id = %(session_runs)s::jsonb ->> s.session_id),
-      last_activity_at = %(now)s,
-      updated_at = %(now)s
+      last_activity_at = %(now)s::timestamptz,
+      updated_at = %(now)s::timestamptz
   WHERE s.session_id = ANY(%(sessions)s::text[])
-)
+  RETURNING 1
+){extra}
 SELECT b.run_id, b.seq,
        EXISTS (SELECT 1 FROM agentrun_webhook_endpoints w
                WHERE w.tenant_id = ANY(%(tenants)s::text[]) AND w.enabled
@@ -123,37 +125,56 @@ def insert_events(
     session_runs: dict[str, str],
     tenants: list[str],
     now: datetime,
+    extra_ctes: tuple[str, dict[str, Any]] | None = None,
 ) -> InsertedEvents:
     """Insert `rows` after each run's last seq, in one statement. `session_runs`: session
-    id → the run whose last seq the session records; `tenants`: the runs' tenants. Needs
-    the caller's transaction and every run's row lock."""
+    id → the run whose last seq the session records; `tenants`: the runs' tenants.
+    `extra_ctes`: more CTEs for the same statement and their parameters (the outbox
+    records, `outbox.record.outbox_records_locked`), which may read `base` (each run's
+    last seq before the insert) and `sess` (one row per session row updated, and locked,
+    by then) and `%(now)s::timestamptz`. Needs the caller's transaction and every run's
+    row lock."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.run_id] = counts.get(row.run_id, 0) + 1
+    # Every parameter is a string (JSON text, array literals): the connection binds
+    # parameters client side, where a list or a datetime costs a dumper lookup and Python
+    # quoting per element, per statement (10 % of an append's CPU with four lists, a
+    # Jsonb and three datetimes, profiled single-threaded; issue 18). A JSON text or an
+    # array literal is one C-quoted string.
     params: dict[str, Any] = {
-        "runs": list(counts),
-        "counts": list(counts.values()),
-        # One JSON text, not an array per column: the connection binds parameters client
-        # side, and quoting every element of five arrays cost more than the statement.
+        "runs": json.dumps([{"run_id": run_id, "n": n} for run_id, n in counts.items()]),
         "events": json.dumps(
             [
                 dict(id=r.id, run_id=r.run_id, k=r.offset, type=r.type, payload=r.payload)
                 for r in rows
             ]
         ),
-        "now": now,
-        "session_runs": Jsonb(session_runs),
-        "sessions": sorted(session_runs),
-        "tenants": sorted(set(tenants)),
-        "types": sorted({r.type for r in rows}),
+        "now": now.isoformat(),
+        "session_runs": json.dumps(session_runs),
+        "sessions": text_array(sorted(session_runs)),
+        "tenants": text_array(sorted(set(tenants))),
+        "types": text_array(sorted({r.type for r in rows})),
     }
+    # `{extra}` marks where the caller's CTEs go (a plain replace, not a format string).
+    sql = _INSERT_EVENTS_SQL.replace("{extra}", "")
+    if extra_ctes is not None:
+        sql = _INSERT_EVENTS_SQL.replace("{extra}", f",\n{extra_ctes[0]}")
+        params.update(extra_ctes[1])
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_EVENTS_SQL, params)
+        cursor.execute(sql, params)
         found = cursor.fetchall()
     return InsertedEvents(
         last_seqs={run_id: seq for run_id, seq, _ in found},
         endpoints_may_match=any(match for _, _, match in found),
     )
+
+
+def text_array(values: list[str]) -> str:
+    """The literal of a `text[]`, every element double-quoted (`\\` and `"` escaped), for a
+    `%s::text[]` parameter bound as one string (see `insert_events`)."""
+    quoted = (value.replace("\\", "\\\\").replace('"', '\\"') for value in values)
+    return "{" + ",".join(f'"{value}"' for value in quoted) + "}"
 
 
 def notify_runs_changed(
@@ -176,7 +197,7 @@ def notify_runs_changed(
     keys = outbox_keys or []
     channels = [RUN_CHANGE_CHANNEL] * len(payloads) + [OUTBOX_COMMIT_CHANNEL] * len(keys)
     with connection.cursor() as cursor:
-        cursor.execute(_NOTIFY_SQL, [channels, payloads + keys])
+        cursor.execute(_NOTIFY_SQL, [text_array(channels), text_array(payloads + keys)])
 
 
 # --- a run's end, in one statement ----------------------------------------------------

@@ -24,7 +24,7 @@ from agentrun.ids import new_id
 from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
 from outbox.cloudevents import partition_key_for
-from outbox.record import record_outbox_locked
+from outbox.record import outbox_records_locked
 from runs.locks import lock_run, lock_run_for_runner_key
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
 from runs.services.fencing import (
@@ -157,17 +157,20 @@ def _event_rows(
 
 def _store(per_run: list[list[Event]]) -> None:
     """Insert the events of one or more locked runs and record what follows from them, in
-    the documented lock order: every session row first (in `insert_events`'s statement),
-    then every outbox key lock. The other way round, two runs of one session deadlocked
-    (tests/soak found it): an append held the key and waited for the session row that a
-    finish of the session's other run held while it waited for the key to append its
-    terminal event."""
+    the documented lock order: every session row first, then every outbox key lock (both
+    in `insert_events`'s one statement). The other way round, two runs of one session
+    deadlocked (tests/soak found it): an append held the key and waited for the session
+    row that a finish of the session's other run held while it waited for the key to
+    append its terminal event."""
     per_run = [rows for rows in per_run if rows]
     if not per_run:
         return
     # A session records the last seq of the run appended to it last (dict order).
     session_runs = {rows[0].run.session_id: rows[0].run_id for rows in per_run}
     session_runs.pop(None, None)
+    # The outbox records go in the events' statement, their key locks after the session
+    # rows (`outbox.locks.records_ctes`); built now, while each event's seq is its offset.
+    outbox = outbox_records_locked(per_run)  # None when it is off
     inserted = insert_events(
         rows=[
             EventRow(event.id, event.run_id, event.seq, event.type, event.payload)
@@ -177,16 +180,15 @@ def _store(per_run: list[list[Event]]) -> None:
         session_runs=session_runs,  # type: ignore[arg-type]
         tenants=[rows[0].run.tenant_id for rows in per_run],
         now=per_run[0][0].created_at,
+        extra_ctes=outbox,
     )
     for rows in per_run:
         last = inserted.last_seqs[rows[0].run_id]
         for event in rows:
             event.seq += last
             event._state.adding, event._state.db = False, connection.alias  # as bulk_create
-    outboxed: list[str] = []  # the partition keys that got records
-    for rows in sorted(per_run, key=lambda rows: partition_key_for(rows[0].run)):
-        if record_outbox_locked(run=rows[0].run, events=rows):  # nothing when it is off
-            outboxed.append(partition_key_for(rows[0].run))
+    # The partition keys that got records (the relay's LISTEN wake-up after commit).
+    outboxed = sorted({partition_key_for(rows[0].run) for rows in per_run}) if outbox else []
     # Webhook deliveries: one INSERT … SELECT over the tenants' matching endpoints, after the
     # session rows are held (their locks order a session's deliveries; webhooks.models).
     # Skipped when the event statement found no endpoint that could match (`runs.sql`).

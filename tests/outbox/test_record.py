@@ -12,8 +12,10 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from outbox.models import KafkaEventOutbox
 from outbox.record import wake_relay
+from runs.locks import lock_runs
 from runs.models import Event
 from runs.services.command_lifecycle import create_command
+from runs.services.event_log import NewEvent, RunEvents, append_events_to_runs_locked
 from tests.outbox.builders import append_logs, append_logs_in_open_transaction, claimed_run
 
 
@@ -80,12 +82,15 @@ def test_a_batch_costs_the_same_queries_as_one_event(outbox_topic: str) -> None:
         append_logs(run, 50, start=1)
     assert len(fifty) == len(one)
     statements = [query["sql"] for query in fifty.captured_queries]
-    # One statement takes the key lock, draws the seqs and inserts (issue 18).
+    # The events' own statement takes the key lock, draws the seqs and inserts the records
+    # (issue 18: it was a statement of its own, and before that three).
     (record,) = [sql for sql in statements if "agentrun_kafka_event_outbox" in sql]
     assert "pg_advisory_xact_lock" in record and "nextval" in record
+    assert "INSERT INTO agentrun_events" in record
     assert sum("pg_advisory_xact_lock" in sql for sql in statements) == 1
-    # BEGIN, run lock, events, records, COMMIT (no webhook endpoint: no delivery statement)
-    assert len(statements) == 5, statements
+    # BEGIN, run lock, events and records, COMMIT (no webhook endpoint: no delivery
+    # statement); was 5 with the records' own statement.
+    assert len(statements) == 4, statements
     assert KafkaEventOutbox.objects.filter(run=run, source_seq__gt=1).count() == 51
 
 
@@ -155,3 +160,44 @@ def test_writers_of_one_session_key_draw_outbox_seqs_in_commit_order(outbox_topi
         for run in (first, second)
     }
     assert last[second.id] > last[first.id]
+
+
+@pytest.mark.django_db
+def test_a_batch_over_runs_of_two_keys_records_them_in_the_events_statement(
+    outbox_topic: str,
+) -> None:
+    """`append_events_to_runs_locked` (a batch settle) over two runs of one session and a
+    run of none: every key locked and recorded in the events' own statement, each
+    record's seq the event's (set in the statement), each key's `outbox_seq` in order."""
+    first = claimed_run(tenant_id="tenant-c", session_id="sess-c")
+    second = claimed_run(tenant_id="tenant-c", session_id="sess-c")
+    lone = claimed_run(tenant_id="tenant-c")
+    append_logs(first, 2)  # the seqs continue after events that are there already
+    with transaction.atomic():
+        locked = lock_runs([lone.id, first.id, second.id])
+        batches = [
+            RunEvents(locked[run.id], [NewEvent("log", {"line": n}) for n in range(3)])
+            for run in (lone, second, first)
+        ]
+        with CaptureQueriesContext(connection) as captured:
+            appended = append_events_to_runs_locked(batches=batches)
+    statements = [query["sql"] for query in captured.captured_queries]
+    (record_sql,) = [sql for sql in statements if "agentrun_kafka_event_outbox" in sql]
+    assert "INSERT INTO agentrun_events" in record_sql
+    assert sum("pg_advisory_xact_lock" in sql for sql in statements) == 1
+    events = [event for run_events in appended for event in run_events]
+    stored = KafkaEventOutbox.objects.filter(event_id__in=[event.id for event in events])
+    records = {record.event_id: record for record in stored}
+    assert len(records) == len(events) == 9
+    for event in events:
+        record = records[event.id]
+        assert record.source_seq == event.seq == record.value["data"]["seq"]
+        assert record.headers["seq"] == str(event.seq)
+        assert record.headers["outbox_seq"] == str(record.outbox_seq)
+        assert record.run_id == event.run_id
+    assert {records[e.id].partition_key for e in appended[0]} == {f"tenant-c:{lone.id}"}
+    # One key for the session's two runs: the second run's records first (the batch's
+    # order), each run's in seq order, so the key's outbox_seq follows that order.
+    session_key = [records[e.id] for e in appended[1] + appended[2]]
+    assert {r.partition_key for r in session_key} == {"tenant-c:sess-c"}
+    assert [r.outbox_seq for r in session_key] == sorted(r.outbox_seq for r in session_key)

@@ -3,10 +3,11 @@
 A runner's batch is BEGIN, the run lock, one event statement (`runs.sql.insert_events`:
 last seq, INSERT, session touch), COMMIT and, after the commit, the NOTIFY, whatever the
 batch size; before issue 18 it was seven, the NOTIFY inside the transaction (where it
-serialised every appender's commit). The outbox adds one statement per append
-(`outbox.locks.insert_outbox_records`: the key lock, the sequence values and the INSERT),
-and the webhook-delivery INSERT … SELECT (issue 21) is made only when the event statement
-found an endpoint that could match (`tests/runs/test_append_webhook_check.py`).
+serialised every appender's commit). The outbox adds no statement: its key lock, sequence
+values and INSERT are CTEs of the event statement (`outbox.locks.records_ctes`; it was one
+statement more until issue 18's fifth round), and the webhook-delivery INSERT … SELECT
+(issue 21) is made only when the event statement found an endpoint that could match
+(`tests/runs/test_append_webhook_check.py`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
   because the ORM cannot say `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)`.
   `claim_due_intents_with_keys` is the same claim with its runner keys' INSERT in the
   same statement (a data-modifying CTE), the dispatcher's pickup path.
-- `lock_intent` locks one intent for a fenced complete / retry / terminalise.
+- `lock_intent` locks one intent for a fenced retry / terminalise (and a refused complete:
+  a batch's complete locks its intents by its write, `dispatch.sql`).
 
 Lock order, as everywhere: the run row, then its command rows, then the intent rows. The
 claim only locks intent rows, and with SKIP LOCKED, so it never waits and never deadlocks.
@@ -24,7 +25,6 @@ from django.utils import timezone
 from agentrun.auth import MintedKey
 from agentrun.errors import not_found
 from agentrun.models import ApiKeyRole
-from agentrun.raw_sql import read_models
 from dispatch.models import RunnerDispatchIntent
 
 # Why only `FOR UPDATE OF i`, not `OF r, c, i` as the seed: the run row is the hot lock of
@@ -151,18 +151,3 @@ def lock_intent(intent_id: str) -> RunnerDispatchIntent:
     if found is None:
         raise not_found("dispatch intent", intent_id)
     return found
-
-
-def lock_intents(intent_ids: list[str]) -> dict[str, RunnerDispatchIntent]:
-    """`lock_intent` for a batch: one statement, in id order; 404 if one does not exist.
-    Take the runs' (and commands') locks first. Raw, as the batch settle's other locks
-    (`runs.locks.lock_runs`): the ORM's compilation cost more than the round trip."""
-    wanted = sorted(set(intent_ids))
-    locked = read_models(
-        RunnerDispatchIntent, "WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", [wanted]
-    )
-    intents = {intent.id: intent for intent in locked}
-    for intent_id in wanted:
-        if intent_id not in intents:
-            raise not_found("dispatch intent", intent_id)
-    return intents

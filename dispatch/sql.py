@@ -1,4 +1,4 @@
-"""The dispatch app's raw SQL that takes no lock of its own: a batch completion's write.
+"""The dispatch app's raw SQL that takes no explicit lock: a batch completion's write.
 
 `record_dispatched_locked` is the write of `claims.complete_intents`: one statement saves
 the batch's runner jobs and marks its intents `dispatched`, each intent pointing at the
@@ -9,9 +9,15 @@ about a third of a batch's Python CPU (bench cell 3's profile; issue 18 item 1).
 Why raw SQL: the ORM cannot say a data-modifying CTE, so the INSERT and the UPDATE would
 be two round trips, and building model instances for rows nothing reads again was most
 of their CPU. The rows travel as one JSON text (`jsonb_to_recordset`): client-side binding
-of a dozen arrays cost more than the statement. Row locks (run → command → intent) are
-the caller's (`dispatch.locks`), taken before this statement, which only writes rows the
-caller holds or creates.
+of a dozen arrays cost more than the statement. The run and command row locks are the
+caller's (`dispatch.locks`, `runs.locks`), taken before this statement; the intents' lock
+is this statement's own UPDATE, a compare-and-set on each claim's token (state
+`dispatching`, owner, attempt), where it was a `SELECT … FOR NO KEY UPDATE` of every
+intent before the write: one round trip less per batch, and no intent row read into a
+model that the write then replaced (issue 18, cell 3). Under READ COMMITTED an UPDATE that
+meets a row changed by a transaction committed meanwhile re-checks its WHERE on the new
+row, so a claim re-taken or settled meanwhile is never written; the jobs are inserted only
+for the intents the UPDATE wrote.
 
 A replay: a job already saved under an intent's planned id (the job's idempotency key) is
 kept, not written again (`ON CONFLICT … DO NOTHING`). The planned id is fresh for each
@@ -28,12 +34,40 @@ from typing import Any
 
 from django.db import connection
 
-_RECORD_DISPATCHED_SQL = """\
+from dispatch.models import RunnerDispatchIntent
+
+# The fields of a settled intent that its caller sees (`RunnerDispatchIntent.from_db`; the
+# others are left deferred): what the write set, and the claim's own ids. In the model's
+# field order, which `from_db` reads a partial row in.
+_SETTLED = {
+    "id", "run_id", "command_id", "state", "attempt_count", "lease_owner", "lease_expires_at",
+    "dispatch_outcome", "dispatched_at", "actual_runner_job_id", "active_runner_id",
+    "updated_at",
+}  # fmt: skip
+_SETTLED_FIELDS = [f for f in RunnerDispatchIntent._meta.concrete_fields if f.attname in _SETTLED]
+SETTLED_NAMES = [field.attname for field in _SETTLED_FIELDS]
+_RETURNING = ", ".join(f"i.{field.column}" for field in _SETTLED_FIELDS)
+
+_RECORD_DISPATCHED_SQL = f"""\
 WITH j AS MATERIALIZED (
   SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS j(
-    intent_id text, id text, run_id text, command_id text, payload_hash text,
+    intent_id text, lease_owner text, attempt_count integer,
+    id text, run_id text, command_id text, payload_hash text,
     attempt_id text, runner_id text, namespace text, job_name text, manager_url text,
     image text, source_commit text, service_account_name text, result jsonb, outcome text)
+),
+settled AS (
+  UPDATE agentrun_runner_dispatch_intents i
+  SET state = 'dispatched', dispatch_outcome = j.outcome, dispatched_at = %(now)s,
+      actual_runner_job_id = j.id, active_runner_id = j.runner_id, updated_at = %(now)s,
+      -- the claim's lease ends with the dispatch
+      lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
+  FROM j
+  -- The claim's fence, as a compare-and-set on its token: an intent re-claimed or settled
+  -- meanwhile is not written (the caller reads it to say why).
+  WHERE i.id = j.intent_id AND i.state = 'dispatching'
+    AND i.lease_owner = j.lease_owner AND i.attempt_count = j.attempt_count
+  RETURNING {_RETURNING}
 ),
 jobs AS (
   INSERT INTO agentrun_runner_jobs (
@@ -43,17 +77,11 @@ jobs AS (
   SELECT j.id, j.run_id, j.command_id, j.id, j.payload_hash, j.attempt_id, j.runner_id,
          j.namespace, j.job_name, j.manager_url, j.image, j.source_commit,
          j.service_account_name, j.result, %(now)s, %(now)s
-  FROM j
+  FROM j JOIN settled ON settled.id = j.intent_id
   ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 )
-UPDATE agentrun_runner_dispatch_intents i
-SET state = 'dispatched', dispatch_outcome = j.outcome, dispatched_at = %(now)s,
-    actual_runner_job_id = j.id, active_runner_id = j.runner_id, updated_at = %(now)s,
-    -- the claim's lease ends with the dispatch
-    lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
-FROM j
-WHERE i.id = j.intent_id
-"""
+SELECT * FROM settled
+"""  # noqa: S608 (the columns are this module's constants)
 
 
 @dataclass(frozen=True)
@@ -61,6 +89,8 @@ class DispatchedJob:
     """One launched intent's runner job, as its row is written (`result` redacted)."""
 
     intent_id: str
+    lease_owner: str  # the claim's token (with attempt_count): the write's compare-and-set
+    attempt_count: int
     id: str  # the intent's planned runner job id, also the job's idempotency key
     run_id: str
     payload_hash: str
@@ -75,10 +105,18 @@ class DispatchedJob:
         return {**self.columns, **fields}
 
 
-def record_dispatched_locked(jobs: list[DispatchedJob], *, now: datetime) -> None:
-    """Save the jobs and mark their intents dispatched, in one statement. Needs the
-    caller's transaction and the claim locks of every intent (run, command, intent)."""
+def record_dispatched_locked(
+    jobs: list[DispatchedJob], *, now: datetime
+) -> list[RunnerDispatchIntent]:
+    """Save the jobs and mark their intents dispatched, in one statement, for the intents
+    still held by their claim (state, owner, attempt); returns those, as written (the
+    `SETTLED_NAMES` loaded). Needs the caller's transaction and the run and command locks
+    of every intent."""
     assert connection.in_atomic_block, "record_dispatched_locked needs an open transaction"
     rows = json.dumps([job.row() for job in jobs])
     with connection.cursor() as cursor:
         cursor.execute(_RECORD_DISPATCHED_SQL, {"rows": rows, "now": now})
+        written = cursor.fetchall()
+    return [
+        RunnerDispatchIntent.from_db(connection.alias, SETTLED_NAMES, list(row)) for row in written
+    ]

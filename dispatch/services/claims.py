@@ -37,7 +37,6 @@ from dispatch.locks import (
     claim_due_intents,
     claim_due_intents_with_keys,
     lock_intent,
-    lock_intents,
 )
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
@@ -184,32 +183,27 @@ def lock_claim_locked(claim: IntentClaim) -> LockedClaim:
     return _checked_locked(claim, run, command, lock_intent(claim.id))
 
 
-def lock_claims_locked(claims: list[IntentClaim]) -> list[LockedClaim]:
-    """`lock_claim_locked` for a batch in three statements: every run, then every command,
-    then every intent, each in id order, so concurrent batches queue and never deadlock.
-    Returns one `LockedClaim` per claim, in the given order."""
+def lock_claims_runs_locked(claims: list[IntentClaim]) -> list[tuple[Run, Command]]:
+    """The run and command locks of a batch of claims, in two statements: every run, then
+    every command, each in id order, so concurrent batches queue and never deadlock. The
+    intents' own lock is the settle's write (`dispatch.sql`, a compare-and-set on each
+    claim). Returns (run, command) per claim, in the given order."""
     runs = lock_runs([claim.run_id for claim in claims])
     commands = lock_commands([claim.command_id for claim in claims])
-    intents = lock_intents([claim.id for claim in claims])
     locked = []
     for claim in claims:
         run, command = runs[claim.run_id], commands[claim.command_id]
         if command.run_id != run.id:
             raise not_found("command", claim.command_id)
-        locked.append(_checked_locked(claim, run, command, intents[claim.id]))
+        locked.append((run, command))
     return locked
 
 
 def _checked_locked(
     claim: IntentClaim, run: Run, command: Command, intent: RunnerDispatchIntent
 ) -> LockedClaim:
-    if (intent.state, intent.lease_owner, intent.attempt_count) != (
-        IntentState.DISPATCHING,
-        claim.lease_owner,
-        claim.attempt_count,
-    ):
-        held = f"{intent.state} (owner {intent.lease_owner}, attempt {intent.attempt_count})"
-        return LockedClaim(run, command, intent, refusal=f"the intent is now {held}")
+    if (refusal := _held_elsewhere(claim, intent)) is not None:
+        return LockedClaim(run, command, intent, refusal=refusal)
     if run.is_terminal or command.is_terminal:
         what = (
             f"run {run.id} is {run.status}"
@@ -220,6 +214,18 @@ def _checked_locked(
         intent.refresh_from_db(fields=["state", "lease_owner", "lease_expires_at", "last_error"])
         return LockedClaim(run, command, intent, refusal=what)
     return LockedClaim(run, command, intent, refusal=None)
+
+
+def _held_elsewhere(claim: IntentClaim, intent: RunnerDispatchIntent) -> str | None:
+    """Why the intent is no longer this claim's (re-claimed or settled); None if it is."""
+    if (intent.state, intent.lease_owner, intent.attempt_count) == (
+        IntentState.DISPATCHING,
+        claim.lease_owner,
+        claim.attempt_count,
+    ):
+        return None
+    held = f"{intent.state} (owner {intent.lease_owner}, attempt {intent.attempt_count})"
+    return f"the intent is now {held}"
 
 
 @dataclass(frozen=True)
@@ -237,25 +243,33 @@ class CompletionOutcome:
 def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     """Record launched jobs and mark their intents `dispatched`, in ONE transaction.
 
-    Locks: every run, then every command, then every intent (`lock_claims_locked`). For
-    each live claim: saves the runner job (idempotent on the intent's planned runner job
-    id), sets the outcome, and appends `backend_status {phase: runner-dispatched}` — all
-    of the batch in set-based statements, so a batch costs about a dozen statements
-    whatever its size. Refused claims (stale or fenced) change nothing but a fence and are
-    returned with their error.
+    Locks every run, then every command (`lock_claims_runs_locked`). For each claim whose
+    run and command are live: saves the runner job (idempotent on the intent's planned
+    runner job id) and sets the outcome, if the intent is still the claim's (the write's
+    compare-and-set), and appends `backend_status {phase: runner-dispatched}` — all of the
+    batch in set-based statements, so a batch costs the same statements whatever its size.
+    Refused claims (stale or fenced) change nothing but a fence and are returned with
+    their error; only they read their intent (locked, to say why).
     """
     ordered = sorted(completions, key=lambda c: (c.claim.run_id, c.claim.id))
     outcome = CompletionOutcome()
     with transaction.atomic(durable=True):
-        live: list[tuple[Completion, LockedClaim]] = []
-        for item, locked in zip(
-            ordered, lock_claims_locked([item.claim for item in ordered]), strict=True
-        ):
-            if locked.refusal is not None:
+        live: list[tuple[Completion, Run, Command]] = []
+        locks = lock_claims_runs_locked([item.claim for item in ordered])
+        for item, (run, command) in zip(ordered, locks, strict=True):
+            if run.is_terminal or command.is_terminal:  # fenced, as a single settle does
+                locked = _checked_locked(item.claim, run, command, lock_intent(item.claim.id))
                 outcome.refused.append((item, locked.error(item.claim)))
             else:
-                live.append((item, locked))
-        outcome.completed = _complete_locked(live)
+                live.append((item, run, command))
+        outcome.completed = _complete_locked([(item, run) for item, run, _ in live])
+        written = {intent.id for intent in outcome.completed}
+        for item, run, command in live:
+            if item.claim.id not in written:  # re-claimed or settled meanwhile: stale
+                intent = lock_intent(item.claim.id)
+                refusal = _held_elsewhere(item.claim, intent) or "the intent was not written"
+                stale = LockedClaim(run, command, intent, refusal=refusal)
+                outcome.refused.append((item, stale.error(item.claim)))
     return outcome
 
 
@@ -267,27 +281,22 @@ def complete_intent(*, claim: IntentClaim, launched: Launched) -> RunnerDispatch
     return outcome.completed[0]
 
 
-def _complete_locked(live: list[tuple[Completion, LockedClaim]]) -> list[RunnerDispatchIntent]:
-    """Save the runner jobs, mark the intents dispatched (one statement, `dispatch.sql`),
-    record it (one multi-run append). Needs the claim locks."""
+def _complete_locked(live: list[tuple[Completion, Run]]) -> list[RunnerDispatchIntent]:
+    """Save the runner jobs and mark the intents dispatched where the claims still hold
+    them (one statement, `dispatch.sql`), record it (one multi-run append). Needs the
+    run and command locks. Returns the intents written."""
     if not live:
         return []
-    now = timezone.now()
     jobs = [_dispatched_job(item.claim, item.launched) for item, _ in live]
-    record_dispatched_locked(jobs, now=now)
+    written = record_dispatched_locked(jobs, now=timezone.now())
+    held = {intent.id for intent in written}
     events: dict[str, RunEvents] = {}
-    for (item, locked), job in zip(live, jobs, strict=True):
-        intent = locked.intent  # the returned objects show what the UPDATE wrote
-        intent.state = IntentState.DISPATCHED
-        intent.dispatch_outcome = job.outcome
-        intent.actual_runner_job_id = job.id
-        intent.active_runner_id = job.columns["runner_id"]
-        intent.lease_owner = intent.lease_expires_at = intent.last_error = None
-        intent.dispatched_at = intent.updated_at = now
-        entry = events.setdefault(locked.run.id, RunEvents(locked.run, []))
-        entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.id)))
+    for (item, run), job in zip(live, jobs, strict=True):
+        if item.claim.id in held:
+            entry = events.setdefault(run.id, RunEvents(run, []))
+            entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.id)))
     append_events_to_runs_locked(batches=list(events.values()))
-    return [locked.intent for _, locked in live]
+    return written
 
 
 def _dispatched_payload(item: Completion, runner_job_id: str) -> dict[str, Any]:
@@ -323,6 +332,8 @@ def _dispatched_job(claim: IntentClaim, launched: Launched) -> DispatchedJob:
     result = {"launcher": launched.launcher, "outcome": launched.outcome, **launched.details}
     return DispatchedJob(
         intent_id=claim.id,
+        lease_owner=claim.lease_owner,
+        attempt_count=claim.attempt_count,
         id=claim.runner_job_id,
         run_id=claim.run_id,
         payload_hash=spec.payload_hash(),

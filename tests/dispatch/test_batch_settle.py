@@ -9,6 +9,7 @@ import threading
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agentrun.locks import LockKey, advisory_session_lock
 from agentrun.models import ApiKey
@@ -102,14 +103,15 @@ def _statements_of_one_batch(size: int, *, in_sessions: bool) -> int:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("in_sessions", "capacity", "most"),
-    # BEGIN/COMMIT included: the claim with the keys' INSERT (4), the completion (9: the
-    # three claim locks, the jobs and intents in one statement (`dispatch.sql`), the events'
-    # append); a session touch adds one UPDATE; a limited profile adds the fence (lock,
-    # unlock) and its four capacity reads (the limit, active runs per tenant, the batch's
-    # holders, the contending tenants); the events' append makes one webhook-delivery
-    # INSERT (issue 21). It was about 15 per intent before the batch path, 18 per batch
-    # before issue 18.
-    [(False, {}, 14), (True, {}, 15), (False, {"max_concurrent_runs": 1000}, 20)],
+    # BEGIN/COMMIT included: the claim with the keys' INSERT (4), the completion (8: the
+    # run and command locks, the jobs and intents in one statement (`dispatch.sql`, which
+    # is the intents' lock too, since issue 18), the events' append); a session touch
+    # adds one UPDATE; a limited profile adds the fence (lock, unlock) and its four
+    # capacity reads (the limit, active runs per tenant, the batch's holders, the
+    # contending tenants); the events' append makes one webhook-delivery INSERT (issue
+    # 21). It was about 15 per intent before the batch path, 18 per batch before issue
+    # 18, 14 before the intents' lock was the write's.
+    [(False, {}, 13), (True, {}, 14), (False, {"max_concurrent_runs": 1000}, 19)],
 )
 def test_a_batch_costs_the_same_statements_whatever_its_size(
     in_sessions: bool, capacity: dict[str, int], most: int
@@ -160,6 +162,39 @@ def test_a_batch_with_a_run_cancelled_meanwhile_completes_the_others() -> None:
     assert sorted(dispatched.values_list("run_id", flat=True)) == sorted(
         c.run_id for c in commands if c.run_id != cancelled
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_with_a_claim_taken_over_meanwhile_completes_the_others() -> None:
+    """The intents' fence is the write's compare-and-set: a claim whose lease expired and
+    whose intent another worker claimed again is refused, and only it; its intent, job and
+    log stay the new owner's to write."""
+    commands = [make_dispatch_command() for _ in range(3)]
+    claims = claim_intents(owner="worker-a", lease_ms=60_000, limit=10)
+    taken = commands[1].run_id
+    RunnerDispatchIntent.objects.filter(run_id=taken).update(lease_expires_at=timezone.now())
+    (new,) = claim_intents(owner="worker-b", lease_ms=60_000, limit=10)
+    assert (new.run_id, new.attempt_count) == (taken, 2)
+    outcome = complete_intents(
+        completions=[Completion(claim, _launched(claim)) for claim in claims]
+    )
+    assert sorted(intent.run_id for intent in outcome.completed) == sorted(
+        c.run_id for c in commands if c.run_id != taken
+    )
+    assert all(intent.state == "dispatched" for intent in outcome.completed)
+    ((refused, error),) = outcome.refused
+    assert refused.claim.run_id == taken
+    assert (error.code, error.details["state"]) == ("stale_claim", "dispatching")
+    assert "worker-b" in error.message
+    intent = RunnerDispatchIntent.objects.get(run_id=taken)
+    assert (intent.state, intent.lease_owner, intent.attempt_count) == (
+        "dispatching",
+        "worker-b",
+        2,
+    )
+    assert RunnerJob.objects.filter(run_id=taken).count() == 0
+    assert not Event.objects.filter(run_id=taken, payload__phase="runner-dispatched").exists()
+    assert RunnerJob.objects.count() == 2
 
 
 def _launched(claim: IntentClaim) -> Launched:

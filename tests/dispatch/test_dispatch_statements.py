@@ -42,12 +42,12 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     with CaptureQueriesContext(connection) as settle:
         outcome = complete_intents(completions=completions)
     assert len(outcome.completed) == size
-    # Locks (runs, commands, intents), the jobs + intents write (`dispatch.sql`), the
-    # events' append (no webhook endpoint here, so no delivery INSERT); the runs' NOTIFY
-    # after the commit.
+    # Locks (runs, commands), the jobs + intents write (`dispatch.sql`: the intents'
+    # lock is its compare-and-set, no SELECT of their own since issue 18), the events'
+    # append (no webhook endpoint here, so no delivery INSERT); the runs' NOTIFY after the
+    # commit.
     assert _statements(settle) == [
         "BEGIN",
-        "SELECT",
         "SELECT",
         "SELECT",
         "WITH",

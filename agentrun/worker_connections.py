@@ -36,7 +36,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from psycopg import pq
 
-from agentrun.pooled_db.base import _alive
+from agentrun.pooled_db.base import connection_alive
 
 # Why ten minutes: long enough that a busy worker opens a connection per thread a few
 # times an hour, short enough that a failover's old host is let go soon after.
@@ -78,7 +78,7 @@ def reusable(wrapper: BaseDatabaseWrapper) -> bool:
     opened = getattr(wrapper, _OPENED_AT, None)
     if opened is None or time.monotonic() - opened >= MAX_AGE_S:
         return False
-    return _alive(raw)
+    return connection_alive(raw)
 
 
 def _stamp(sender: Any, connection: BaseDatabaseWrapper, **_: Any) -> None:

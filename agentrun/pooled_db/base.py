@@ -28,14 +28,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
             return connection
         # Each discarded connection leaves the pool; it opens new ones as it needs, so this
         # ends once the pool lends a fresh one (or its own timeout ends the request: 503).
-        while not _alive(connection):
+        while not connection_alive(connection):
             pool.putconn(connection)  # closed: the pool sees it broken and discards it
             connection = super().get_new_connection(conn_params)
         return connection
 
 
-def _alive(connection: psycopg.Connection[Any]) -> bool:
-    """Whether a pooled connection works: its socket is quiet, or a round trip succeeds."""
+def connection_alive(connection: psycopg.Connection[Any]) -> bool:
+    """Whether a connection works: its socket is quiet, or a round trip succeeds. Shared
+    by the pool (a connection it lends) and Celery workers (one kept between tasks)."""
     if connection.closed:
         return False
     poller = select.poll()

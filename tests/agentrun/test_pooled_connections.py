@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from agentrun.pooled_db.base import DatabaseWrapper, _alive
+from agentrun.pooled_db.base import DatabaseWrapper, connection_alive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +47,7 @@ def test_a_quiet_pooled_connection_is_lent_without_a_round_trip(pooled: Database
             raise AssertionError("a quiet connection was sent a statement")
 
         lent.execute = no_round_trip  # type: ignore[method-assign]
-        assert _alive(lent)
+        assert connection_alive(lent)
     finally:
         del lent.execute
         pooled.pool.putconn(lent)

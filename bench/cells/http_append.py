@@ -35,7 +35,10 @@ drf-floor side's rate and `service` the reference's, measured in the same repeti
 best ratio any Django/DRF endpoint paying this stack could reach against the service is
 then ceiling/service = floor / (floor + service); agentrun/ceiling says how much of the
 gap is left beyond that (the service run inside the server: its key check in the lock
-statement, the pooled connection's checkout, the GIL shared with the stack). The model is
+statement, the pooled connection's checkout, the GIL shared with the stack); above 1 where
+the stack of one request runs while another waits on PostgreSQL. The same model in CPU:
+service/(drf-floor + service), from the worker's CPU per request and the service's CPU per
+call, and the stack's CPU budget for a ratio of 0.7 (service x (1/0.7 - 1)). The model is
 approximate on two shared cores (the stack's and the service's waits overlap; the client's
 CPU competes with both), so each side's CPU is also measured: the gunicorn worker's CPU
 per request (its process times around the sample) and, for the service, the bench
@@ -280,6 +283,10 @@ def floor_model(outcomes: list[Outcome], report: CellReport, batch: int) -> dict
         "service_cpu_ms_per_call": _median(s.extra["cpu_ms_per_call"] for s in service),
     }
     cpu = model["server_cpu_ms_per_request"]
+    service_cpu = model["service_cpu_ms_per_call"]
+    # The same model in CPU: the worker spends the floor's CPU and the service's per append.
+    model["cpu_ceiling_over_service"] = round(service_cpu / (cpu["drf-floor"] + service_cpu), 4)
+    model["stack_cpu_budget_ms_for_0.7"] = round(service_cpu * (1 / 0.7 - 1), 4)
     report.note(
         f"2.batch{batch} floor: drf-floor/service {model['floor_over_service']:.2f}, "
         f"ceiling 1/(1/floor + 1/service) {model['ceiling_events_s']:,.0f} events/s = "
@@ -293,6 +300,12 @@ def floor_model(outcomes: list[Outcome], report: CellReport, batch: int) -> dict
         f"{cpu['wsgi']:.3f}, Django + middleware {cpu['django'] - cpu['wsgi']:.3f}, DRF + auth "
         f"+ parse/validate/render {cpu['drf-floor'] - cpu['django']:.3f}, the append "
         f"{cpu['http'] - cpu['drf-floor']:.3f}"
+    )
+    report.note(
+        f"2.batch{batch} CPU model: ceiling service/(drf-floor + service) "
+        f"{model['cpu_ceiling_over_service']:.2f}; 0.7 needs the stack under "
+        f"{model['stack_cpu_budget_ms_for_0.7']:.3f} ms of server CPU per request "
+        f"(bare Django here: {cpu['django']:.3f}, bare WSGI: {cpu['wsgi']:.3f})"
     )
     return model
 

@@ -43,13 +43,77 @@ def _json_type_error(field: serializers.Field[Any, Any, Any, Any], value: Any) -
     if value is None:
         return None  # `allow_null` decides
     if isinstance(field, serializers.ChoiceField):
-        textual = all(isinstance(choice, str) for choice in field.choices)
+        textual = _textual_choices(field)
         return "expected a string" if textual and not isinstance(value, str) else None
-    for kind, types, name in _JSON_TYPES:
-        if isinstance(field, kind):
-            ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
-            return None if ok else f"expected {name}, got {type(value).__name__}"
-    return None
+    rule = _json_rule(type(field))
+    if rule is None:
+        return None
+    types, name = rule
+    ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+    return None if ok else f"expected {name}, got {type(value).__name__}"
+
+
+def _json_rule(field_class: type[Any]) -> tuple[tuple[type, ...], str] | None:
+    """The JSON types a field of `field_class` takes (`_JSON_TYPES`' first match), found once
+    per class."""
+    if field_class not in _JSON_RULES:
+        _JSON_RULES[field_class] = next(
+            ((types, name) for kind, types, name in _JSON_TYPES if issubclass(field_class, kind)),
+            None,
+        )
+    return _JSON_RULES[field_class]
+
+
+_JSON_RULES: dict[type[Any], tuple[tuple[type, ...], str] | None] = {}
+
+
+def _textual_choices(field: serializers.ChoiceField) -> bool:
+    """Whether every choice of `field` is a string; kept on the field with the choices it was
+    computed from (a batch asked it of the same `type` field once per event, each time
+    walking every event type)."""
+    choices = field.choices
+    known = field.__dict__.get("_agentrun_textual_choices")
+    if known is None or known[0] is not choices:
+        known = (choices, all(isinstance(choice, str) for choice in choices))
+        field._agentrun_textual_choices = known  # type: ignore[attr-defined]
+    return bool(known[1])
+
+
+# How `_plain_attrs` treats a declared field that is present in the body: validated by the
+# field itself (VALUE), as a list of plain items (LIST), or only by the full path (FULL).
+VALUE, LIST, FULL = "value", "list", "full"
+
+
+def _plain_plan(serializer_class: type[Any]) -> list[tuple[str, Any, str]]:
+    """Each declared field of `serializer_class` with how `_plain_attrs` treats it when
+    present: what does not depend on the body, worked out once per class instead of once
+    per body (and per item of a batch)."""
+    declared = serializer_class._declared_fields
+    known = _PLANS.get(serializer_class)
+    if known is not None and known[0] is declared:
+        return known[1]
+    plan = [
+        (name, field, _plain_kind(serializer_class, name, field))
+        for name, field in declared.items()
+    ]
+    _PLANS[serializer_class] = (declared, plan)
+    return plan
+
+
+def _plain_kind(serializer_class: type[Any], name: str, field: Any) -> str:
+    if type(field) is serializers.ListSerializer and field.source in (None, name):
+        return LIST
+    if (
+        isinstance(field, serializers.BaseSerializer)
+        or field.read_only
+        or field.source not in (None, name)
+        or hasattr(serializer_class, f"validate_{name}")
+    ):
+        return FULL
+    return VALUE
+
+
+_PLANS: dict[type[Any], tuple[Any, list[tuple[str, Any, str]]]] = {}
 
 
 def _plain_attrs(serializer: serializers.Serializer[Any], data: Any) -> dict[str, Any] | None:
@@ -61,7 +125,7 @@ def _plain_attrs(serializer: serializers.Serializer[Any], data: Any) -> dict[str
     if type(data) is not dict or not data.keys() <= declared.keys():
         return None
     attrs = {}
-    for name, field in declared.items():
+    for name, field, kind in _plain_plan(type(serializer)):
         if name not in data:
             if field.required:
                 return None
@@ -69,20 +133,13 @@ def _plain_attrs(serializer: serializers.Serializer[Any], data: Any) -> dict[str
                 attrs[name] = field.get_default()
             continue
         value = data[name]
-        if type(field) is serializers.ListSerializer and field.source in (None, name):
+        if kind == LIST:
             items = _plain_items(field, value)
             if items is None:
                 return None
             attrs[name] = items
             continue
-        if (
-            value is None
-            or isinstance(field, serializers.BaseSerializer)
-            or field.read_only
-            or field.source not in (None, name)
-            or hasattr(serializer, f"validate_{name}")
-            or _json_type_error(field, value)
-        ):
+        if kind == FULL or value is None or _json_type_error(field, value):
             return None
         try:
             attrs[name] = field.run_validation(value)

@@ -42,14 +42,18 @@ class Gunicorn:
 
 
 @contextmanager
-def gunicorn(*, workers: int, threads: int) -> Iterator[Gunicorn]:
-    """`gunicorn agentrun.wsgi -k gthread -w W --threads T` on loopback, bench database."""
+def gunicorn(
+    *, workers: int, threads: int, app: str = "agentrun.wsgi:application"
+) -> Iterator[Gunicorn]:
+    """`gunicorn agentrun.wsgi -k gthread -w W --threads T` on loopback, bench database.
+    `app`: another WSGI application (cell 2 serves `bench.http_wsgi`, agentrun's with its
+    reference routes beside it)."""
     port = free_port()
     binary = Path(sys.executable).with_name("gunicorn")
     log = (env.RESULTS / "gunicorn.log").open("w")
     command = [
         str(binary),
-        "agentrun.wsgi:application",
+        app,
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",

@@ -72,3 +72,14 @@ def test_a_request_binds_the_run_id_and_answers_with_a_request_id() -> None:
     assert response.status_code == 200
     assert response["X-Request-Id"]
     assert seen and seen[0]["run_id"] == run.id and "request_id" in seen[0]
+
+
+@pytest.mark.django_db
+def test_a_request_id_the_client_sent_is_bound_and_echoed() -> None:
+    run = make_claimed_run()
+    api = key_client(role="client")
+    response = api.get(f"/api/v1/runs/{run.id}", HTTP_X_REQUEST_ID="req-from-client")
+    assert response.status_code == 200
+    assert response["X-Request-Id"] == "req-from-client"
+    long = api.get(f"/api/v1/runs/{run.id}", HTTP_X_REQUEST_ID="x" * 500)
+    assert long["X-Request-Id"] == "x" * 100

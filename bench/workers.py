@@ -16,7 +16,7 @@ clock, `time.time()`, comparable across processes). Kinds:
 `--latency` makes the handler stamp its start time (cell 4: commit -> handler start).
 
 The workers themselves live in `bench.queue_workers` (agentrun, raw, pgqueuer,
-procrastinate) and `bench.relay_workers` (relay, naive, producer); the ready/go/result
+procrastinate) and `bench.relay_workers` (relay, naive, raw-minimal, producer); the ready/go/result
 protocol, the journal and the per-process settings in `bench.worker_process`. This module
 is the entry point and keeps the names other bench modules import from it.
 """
@@ -36,7 +36,7 @@ from bench.queue_workers import (
     procrastinate_worker,
     raw_worker,
 )
-from bench.relay_workers import naive_worker, producer_worker, relay_worker
+from bench.relay_workers import naive_worker, producer_worker, raw_minimal_worker, relay_worker
 from bench.worker_process import PEER_ENTRYPOINT, Journal, emit
 
 # Imported from here by the cells, `bench.queues` and `bench.launchers`.
@@ -50,6 +50,7 @@ WORKERS = {
     "relay": relay_worker,
     "naive": naive_worker,
     "producer": producer_worker,
+    "raw-minimal": raw_minimal_worker,
 }
 
 

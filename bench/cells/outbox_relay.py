@@ -9,7 +9,8 @@ is written through the append service with the outbox on; the rest are copies of
 in SQL (new ids, keys, `outbox_seq` and per-key `seq`), so the relay sees rows exactly as
 `record_outbox_locked` writes them, without the bench spending minutes appending.
 
-Rates (n = 50,000; 2,000 under --quick), per repetition in this order, three repetitions:
+Rates (n = 50,000; 2,000 under --quick), per repetition in this order, three repetitions
+(agentrun 1 and 3, producer, raw-minimal, naive 1 and 3):
 - agentrun: 1 and 3 processes, each running `outbox.services.relay.run_relay_loop` (what
   `relay_outbox --loop` runs) with the deployment's defaults (batch
   `AGENTRUN_KAFKA_OUTBOX_BATCH_SIZE` = 1,000: claim the due prefix per key, produce, fenced
@@ -18,9 +19,21 @@ Rates (n = 50,000; 2,000 under --quick), per repetition in this order, three rep
 - the limit: raw confluent-kafka producing the same messages with the same producer
   settings (idempotent, acks=all, linger 5 ms), read from the table before timing starts;
   one process, one sample per repetition shared by the 1- and 3-process figures;
+- raw-minimal (`bench.relay_workers.raw_minimal_worker`), the bound on any relay that
+  records delivery in PostgreSQL, NOT a correct relay (no lease, no fencing, no retry;
+  valid only as the single writer): one process, one connection, keyset reads of 1,000
+  pending rows in (topic, partition key, outbox_seq) order, produced with the same
+  settings, one `UPDATE … SET delivered_at` by ctid per batch once its reports are in,
+  one batch deep like agentrun's loop; one sample per repetition;
 - the naive relay (written here): `SELECT … ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`,
   produce all, flush, mark delivered, commit; as many processes as agentrun's (one
   connection each).
+Figures: agentrun vs the producer and vs the naive relay per process count, and
+agentrun (1 process) vs raw-minimal and raw-minimal vs the producer (no goal: how much of
+the bound agentrun reaches, and how far the bound is from the producer). Each sample also
+prints its CPU per record (`bench.proc_cpu`, from /proc): the worker processes' (Python
+and librdkafka), this database's PostgreSQL backends', and Tansu's, each from `go` to the
+sample's last work.
 After each sample a consumer reads the whole topic back: per key, `outbox_seq` must only
 grow (order violations otherwise), every record must be there (lost), and repeats of an
 event id are duplicates (allowed by at-least-once, but counted). Goals: >= 0.35x the
@@ -70,6 +83,7 @@ from bench.outbox_fixtures import (
     template_record,
     undelivered,
 )
+from bench.proc_cpu import CpuSampler, per_record_us
 from bench.profiling import print_summary, profiled
 
 PLAN = {  # quick, full
@@ -97,10 +111,13 @@ def relay_sample(
         create_topic(broker.bootstrap_servers, topic)
         seed_records(template, n, topic)
         with outbox_env(broker.bootstrap_servers, topic):
-            pool = queues.Pool(kind, processes=processes, slots=1, batch=500, idle=1.0)
+            batch = 1_000 if kind == "raw-minimal" else 500  # relay: the deployment's 1,000
+            pool = queues.Pool(kind, processes=processes, slots=1, batch=batch, idle=1.0)
             try:
+                sampler = CpuSampler({"python": pool.pids, "tansu": [broker.pid]}).start()
                 go = pool.go()
                 result = pool.collect()
+                cpu = sampler.stop(until=result.end)
             finally:
                 pool.kill()
         with TopicReader(broker.bootstrap_servers, topic) as reader:
@@ -110,7 +127,14 @@ def relay_sample(
         left = undelivered()
         if kind != "producer" and left:
             ledger.notes.append(f"{left} records not marked delivered")
-        extra = {"reports": result.reports, "undelivered_rows": left}
+        us = per_record_us(cpu, n)
+        print(
+            f"  7.cpu {kind}.{processes} #{counter[0]}: {n / max(result.end - go, 1e-6):,.0f}"
+            f" records/s; CPU per record: python {us['python']} us, postgres"
+            f" {us['postgres']} us, tansu {us['tansu']} us",
+            flush=True,
+        )
+        extra = {"reports": result.reports, "undelivered_rows": left, "cpu_us_per_record": us}
         return Sample(n, max(result.end - go, 1e-6), ledger, extra=extra)
 
     return run
@@ -129,6 +153,9 @@ def rate_figures(
             "relay", n=n, processes=procs, template=template, broker=broker
         )
     sides["producer"] = relay_sample("producer", n=n, processes=1, template=template, broker=broker)
+    sides["raw-minimal"] = relay_sample(
+        "raw-minimal", n=n, processes=1, template=template, broker=broker
+    )
     for procs in p["processes"]:
         sides[f"naive.{procs}"] = relay_sample(
             "naive", n=n, processes=procs, template=template, broker=broker
@@ -172,6 +199,41 @@ def rate_figures(
             outcome = Outcome(figure, a, b, ratios, error=error)
             print(format_line(outcome), flush=True)
             outcomes.append(outcome)
+    outcomes += bound_figures(n, sides, samples, error)
+    return outcomes
+
+
+def bound_figures(
+    n: int,
+    sides: dict[str, Callable[[], Sample]],
+    samples: dict[str, list[Sample]],
+    error: str | None,
+) -> list[Outcome]:
+    """agentrun (1 process) vs raw-minimal, and raw-minimal vs the producer: how far any
+    relay that records delivery in PostgreSQL can get on these cores, and how much of that
+    agentrun reaches. Same repetitions as the figures above."""
+    outcomes = []
+    for key, (a_name, a_side), (b_name, b_side) in (
+        ("7.relay.1.raw-minimal", ("agentrun", "relay.1"), ("raw-minimal", "raw-minimal")),
+        ("7.raw-minimal.producer", ("raw-minimal", "raw-minimal"), ("producer", "producer")),
+    ):
+        figure = Figure(
+            key,
+            f"{a_name} vs {b_name}, {n} records (raw-minimal: the bound on a relay that"
+            " records delivery in PostgreSQL; not a correct relay)",
+            a_name,
+            sides[a_side],
+            b_name,
+            sides[b_side],
+            params={"records": n, "keys": KEYS, "relay_processes": 1},
+            unit="records/s",
+            reference_kind="limit",
+        )
+        a, b = samples[a_side], samples[b_side]
+        ratios = [] if error else [ratio_of(x, y, "rate") for x, y in zip(a, b, strict=False)]
+        outcome = Outcome(figure, a, b, ratios, error=error)
+        print(format_line(outcome), flush=True)
+        outcomes.append(outcome)
     return outcomes
 
 

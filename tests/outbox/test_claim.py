@@ -187,3 +187,21 @@ def test_a_batch_takes_six_statements_whatever_its_size(outbox_topic: str) -> No
     # Claim (BEGIN, claim, COMMIT), settle (BEGIN, one completing UPDATE, COMMIT).
     assert statements == ["BEGIN", "WITH", "COMMIT", "BEGIN", "WITH", "COMMIT"]
     assert len(small.captured_queries) == len(large.captured_queries)
+
+
+def test_each_claim_carries_its_own_rows_headers_and_value(outbox_topic: str) -> None:
+    # The batch's headers are decoded in one `json.loads`: each claim must still get its own
+    # row's, in claim order, and its value as stored.
+    keyed_runs(6, 3)
+    KafkaEventOutbox.objects.filter(
+        outbox_seq=KafkaEventOutbox.objects.order_by("outbox_seq").values("outbox_seq")[:1]
+    ).update(headers={"quote": 'a "b", c', "unicode": "é ✓", "seq": "1"})
+    claims = claim_outbox_records(owner="relay-test", limit=100, lease_ms=60_000)
+    stored = {
+        row.id: (row.headers, row.value)
+        for row in KafkaEventOutbox.objects.filter(id__in=[c.id for c in claims])
+    }
+    assert len(claims) == KafkaEventOutbox.objects.count() > 18
+    assert [c.headers for c in claims] == [stored[c.id][0] for c in claims]
+    assert [json.loads(c.value) for c in claims] == [stored[c.id][1] for c in claims]
+    assert any(c.headers.get("unicode") == "é ✓" for c in claims)

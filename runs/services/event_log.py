@@ -250,11 +250,8 @@ def commit_appends() -> None:
     logged, not raised, as after any commit (the caller's write succeeded)."""
     if len(connection.atomic_blocks) != 1 or connection.savepoint_ids:
         return
-    pending = [
-        hook
-        for _, hook, _ in connection.run_on_commit
-        if isinstance(hook, _RunChanges) and not hook.sent
-    ]
+    hooks = [entry[1] for entry in connection.run_on_commit]  # (savepoints, hook, robust)
+    pending = [hook for hook in hooks if isinstance(hook, _RunChanges) and not hook.sent]
     if not pending:
         return
     last_seqs: dict[str, int] = {}

@@ -73,7 +73,9 @@ def payload(writer: int, n: int, k: int) -> dict[str, Any]:
 # --- agentrun side -------------------------------------------------------------------
 
 
-def service_side(runs: list[fixtures.ClaimedRun], batch: int) -> tuple[Callable, Callable]:
+def service_side(
+    runs: list[fixtures.ClaimedRun], batch: int
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
     def prepare(index: int) -> Any:
         connection.ensure_connection()
         return index, runs[index % len(runs)]
@@ -211,7 +213,7 @@ def raw_append(
 
 def raw_side(
     runs: list[fixtures.ClaimedRun], batch: int, notify: bool = True, outbox: bool = False
-) -> tuple[Callable, Callable, Callable]:
+) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     def prepare(index: int) -> Any:
         return fixtures.raw_connect(), index, runs[index % len(runs)]
 
@@ -316,7 +318,7 @@ def sample(
         runs = fixtures.claimed_runs(RUNS)
         if kind == "service":
             prepare, step = service_side(runs, batch)
-            finish: Callable = lambda _state: fixtures.close_django_connection()  # noqa: E731
+            finish: Callable[..., Any] = lambda _state: fixtures.close_django_connection()  # noqa: E731
         else:
             prepare, step, finish = raw_side(runs, batch, notify, outbox)
         wal_before = wal_lsn()
@@ -353,7 +355,7 @@ def outbox_sample(
         ):
             measured = inner()
         with fixtures.raw_connect() as conn:
-            records = conn.execute("SELECT count(*) FROM agentrun_kafka_event_outbox").fetchone()
+            records = conn.execute("SELECT count(*) FROM agentrun_kafka_event_outbox").fetchall()[0]
         measured.extra["outbox_rows_total"] = records[0]
         return measured
 
@@ -501,6 +503,43 @@ def wal_per_event(outcome: Any) -> dict[str, Any]:
     }
 
 
+def statement_wal(repetitions: int = 20) -> dict[str, dict[str, float]]:
+    """The WAL the reference's writes of one single append make, each statement on its own
+    (`EXPLAIN (ANALYZE, WAL)`: this backend's records only, whatever else the server does;
+    median of `repetitions` appends, each committed, as the figures' are): the event
+    INSERT, the session UPDATE, the outbox record's INSERT. The run lock, the commit
+    record and the occasional sequence record are left out."""
+    run = fixtures.claimed_runs(1)[0]
+    measured: dict[str, list[tuple[float, float]]] = {"event": [], "session": [], "outbox": []}
+    with fixtures.raw_connect() as conn:
+        for n in range(repetitions):
+            _, _, _, _, _, tenant = conn.execute(LOCK_RUN, [run.run_id]).fetchall()[0]
+            (last,) = conn.execute(NEXT_SEQ, [run.run_id]).fetchall()[0]
+            now, event_id, item = datetime.now(UTC), new_id("evt"), payload(0, n, 0)
+            row = [event_id, run.run_id, last + 1, "log", Jsonb(item), now]
+            key, records = outbox_records(
+                run.run_id, tenant, run.session_id, [(event_id, last + 1, item)], now
+            )
+            record = dict(run_id=run.run_id, topic=OUTBOX_TOPIC, key=key, now=now)
+            statements: list[tuple[str, str, Any]] = [
+                ("event", INSERT + INSERT_ROW, row),
+                ("session", TOUCH_SESSION, [last + 1, now, now, run.session_id]),
+                ("outbox", OUTBOX_INSERT, {**record, "records": Jsonb(records)}),
+            ]
+            for name, sql, params in statements:
+                (plan,) = conn.execute("EXPLAIN (ANALYZE, WAL, FORMAT JSON) " + sql, params)
+                top = plan[0][0]["Plan"]
+                measured[name].append((top.get("WAL Records", 0), top.get("WAL Bytes", 0)))
+            conn.commit()
+    return {
+        name: {
+            "records": statistics.median(r for r, _ in values),
+            "bytes": statistics.median(b for _, b in values),
+        }
+        for name, values in measured.items()
+    }
+
+
 def outbox_indexes() -> list[str]:
     with fixtures.raw_connect() as conn:
         rows = conn.execute(
@@ -519,7 +558,10 @@ def run(scale: Scale) -> CellReport:
     report.outcomes = [compare(figure) for figure in figures(scale)]
     for outcome in report.outcomes:
         if "outbox" in outcome.figure.key:
-            report.note(f"{outcome.figure.key} WAL bytes per event: {wal_per_event(outcome)}")
+            wal = wal_per_event(outcome)
+            report.note(f"{outcome.figure.key} WAL bytes per event, server-wide: {wal}")
+    report.data["statement_wal"] = per_statement = statement_wal()
+    report.note(f"WAL per statement of one append, EXPLAIN (ANALYZE, WAL): {per_statement}")
     report.note(f"outbox indexes (an entry each per record): {outbox_indexes()}")
     if scale.profile:
         report.data["profile"] = profile_service(scale)

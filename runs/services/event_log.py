@@ -4,7 +4,9 @@ The seq of an event is `max(seq) + 1` read under the run's row lock, so seqs are
 and unique per run however many writers race (seed `appendEventWithLockedRun`). Payloads
 are redacted before they are stored. Each transaction that appends notifies
 `agentrun_run_change` with `<run id>:<last seq>`; it is sent after the
-commit (`runs.sql` says why), so a long-poll never sees an event that then rolls back.
+commit (`runs.sql` says why), so a long-poll never sees an event that then rolls back. A
+runner's append sends it in the COMMIT's own round trip (`commit_appends`); the others,
+as an on-commit hook.
 """
 
 from __future__ import annotations

@@ -21,9 +21,47 @@ def lock_run(run_id: str) -> Run:
     Raw SQL (`agentrun.raw_sql.read_models`): every run write starts here (an append, a
     heartbeat, a finish), and the ORM's compilation of this one statement was ~0.4 ms of
     CPU per call, as much as the rest of an append (bench cell 1, issue 18)."""
-    found = read_models(Run, "WHERE id = %s FOR UPDATE", [run_id])
+    found = read_models(Run, _LOCK_ONE, [run_id])
     if not found:
         raise not_found("run", run_id)
+    return found[0]
+
+
+# What a runner's append reads of its run: the claim and cancel columns (the fences,
+# `runs.services.fencing`), the tenant and session (the session touch, the outbox's
+# partition key and CloudEvent, the webhook deliveries) and the backend profile (the API's
+# token count). `lock_run_for_append` reads only those; the rest of the row (three JSON
+# documents, the outcome and the timestamps) is deferred: read by a query on access, as
+# `QuerySet.defer` leaves a field, under the same lock. Decoding the whole row was about a
+# third of the lock's CPU (bench cell 1, issue 18).
+APPEND_READS = (
+    "id",
+    "tenant_id",
+    "session_ref",
+    "backend_profile",
+    "status",
+    "claimed_by",
+    "lease_epoch",
+    "cancel_epoch",
+    "cancel_request_id",
+)
+_APPEND_DEFERRED = tuple(
+    field.name for field in Run._meta.concrete_fields if field.name not in APPEND_READS
+)
+
+
+def lock_run_for_append(run_id: str, *, key_digest: str | None = None) -> Run:
+    """`lock_run` (or, with `key_digest`, `lock_run_for_runner_key`) for a runner's append:
+    the same statement and lock, the row read as far as the append reads it (`APPEND_READS`;
+    any other field is loaded on access). 404 or `KeyDoesNotHoldRun` as those."""
+    if key_digest is None:
+        found = read_models(Run, _LOCK_ONE, [run_id], deferred=_APPEND_DEFERRED)
+        if not found:
+            raise not_found("run", run_id)
+    else:
+        found = read_models(Run, _LOCK_FOR_KEY, [run_id, key_digest], deferred=_APPEND_DEFERRED)
+        if not found:
+            raise KeyDoesNotHoldRun(run_id)
     return found[0]
 
 
@@ -42,7 +80,7 @@ def lock_run_for_runner_key(run_id: str, *, key_digest: str) -> Run:
     ran before the lock wait (a run's terminal transaction revokes its keys and ends it, and
     an ended run refuses the write: `runs.services.fencing`). Only the run row is locked:
     the key is read in a subquery, not joined."""
-    found = read_models(Run, f"WHERE id = %s{_KEY_HOLDS_RUN} FOR UPDATE", [run_id, key_digest])
+    found = read_models(Run, _LOCK_FOR_KEY, [run_id, key_digest])
     if not found:
         raise KeyDoesNotHoldRun(run_id)
     return found[0]
@@ -56,6 +94,8 @@ _KEY_HOLDS_RUN = (
     " AND k.tenant_id = agentrun_runs.tenant_id AND k.revoked_at IS NULL"
     " AND (k.expires_at IS NULL OR k.expires_at > now()))"
 )
+_LOCK_ONE = "WHERE id = %s FOR UPDATE"
+_LOCK_FOR_KEY = f"WHERE id = %s{_KEY_HOLDS_RUN} FOR UPDATE"
 
 
 def lock_runs(run_ids: list[str]) -> dict[str, Run]:

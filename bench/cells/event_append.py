@@ -8,16 +8,34 @@ Reference (a limit): the same transaction shape written by hand with psycopg on 
 connection per thread: `SELECT … FOR UPDATE` the run, check the claim, `max(seq)`, one
 multi-row INSERT, `UPDATE agentrun_sessions`, `pg_notify`, COMMIT.
 
+The reference sends its NOTIFY inside the transaction (one statement before COMMIT);
+agentrun sends it after, in the same round trip as its COMMIT (`runs.sql`), so agentrun's
+commits never queue on PostgreSQL's notify lock and the reference's do.
+
+With outbox records (`raw_append(outbox=True)`, figure `1.raw-outbox.8w`): the records
+agentrun writes with the Kafka outbox on, by hand in the same transaction, after the
+session UPDATE: the (topic, partition key) transaction advisory lock (one statement), then
+one INSERT … SELECT that draws each record's `outbox_seq` by `nextval` and inserts the
+record with the same columns, the same CloudEvent value and headers (`outbox_seq` in
+them) and so the same index entries. What it does not do: agentrun's records are CTEs of
+its events statement (no round trip of their own); the reference spends one on the lock.
+No Celery wake-up and no relay notification (agentrun's `1.outbox-listen.8w` sends the
+latter, in the after-commit statement it sends anyway).
+
 Figures: single append at 8 and 32 writers; batch of 100 per call; batch vs single
 (agentrun against itself, events/s); with vs without `pg_notify` at 8 and 32 writers
 (the service with `NOTIFY_ON_APPEND` switched off in the bench process only); outbox on
-vs off. The ledger reads every event of the runs back: per run, seqs 1..n with no gap;
-per writer, its items in the order it acknowledged them; nothing acknowledged missing.
+vs off, agentrun's and the reference's (what the records cost without agentrun's code);
+each sample's WAL bytes per event (`pg_current_wal_lsn` before and after, the whole
+server's, so other work on it counts too). The ledger reads every event of the runs back:
+per run, seqs 1..n with no gap; per writer, its items in the order it acknowledged them;
+nothing acknowledged missing.
 """
 
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -55,7 +73,9 @@ def payload(writer: int, n: int, k: int) -> dict[str, Any]:
 # --- agentrun side -------------------------------------------------------------------
 
 
-def service_side(runs: list[fixtures.ClaimedRun], batch: int) -> tuple[Callable, Callable]:
+def service_side(
+    runs: list[fixtures.ClaimedRun], batch: int
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
     def prepare(index: int) -> Any:
         connection.ensure_connection()
         return index, runs[index % len(runs)]
@@ -77,7 +97,7 @@ def service_side(runs: list[fixtures.ClaimedRun], batch: int) -> tuple[Callable,
 # --- reference side: the same transaction in raw SQL ---------------------------------
 
 LOCK_RUN = (
-    "SELECT status, claimed_by, lease_epoch, lease_expires_at, session_ref "
+    "SELECT status, claimed_by, lease_epoch, lease_expires_at, session_ref, tenant_id "
     "FROM agentrun_runs WHERE id = %s FOR UPDATE"
 )
 NEXT_SEQ = "SELECT coalesce(max(seq), 0) FROM agentrun_events WHERE run_id = %s"
@@ -88,6 +108,65 @@ TOUCH_SESSION = (
     "WHERE session_id = %s"
 )
 NOTIFY = "SELECT pg_notify(%s, %s)"
+# The outbox records (`outbox.locks.RECORDS_CTES` writes the same rows): the key's lock,
+# then each record with its drawn `outbox_seq` (in its headers too).
+OUTBOX_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))"
+OUTBOX_INSERT = """\
+INSERT INTO agentrun_kafka_event_outbox
+  (id, outbox_seq, event_id, run_id, source_seq, topic, partition_key, value, headers,
+   attempt_count, created_at, updated_at)
+SELECT r.id, r.outbox_seq, r.event_id, %(run_id)s, r.source_seq, %(topic)s, %(key)s, r.value,
+       r.headers || jsonb_build_object('outbox_seq', r.outbox_seq::text), 0, %(now)s, %(now)s
+FROM (SELECT r.*, nextval('agentrun_kafka_event_outbox_seq') AS outbox_seq
+      FROM jsonb_to_recordset(%(records)s)
+        AS r(id text, event_id text, source_seq int, value jsonb, headers jsonb)) r
+"""
+OUTBOX_TOPIC = "agentrun.events"  # the bench's records are never sent; any topic is fair
+OUTBOX_SOURCE = "/agentrun/bench"
+
+
+def outbox_records(
+    run_id: str, tenant: str, session_id: str | None, rows: list[tuple[str, int, Any]], now: Any
+) -> tuple[str, list[dict[str, Any]]]:
+    """The partition key and the records (CloudEvent value and headers, as
+    `outbox.cloudevents` builds them) of the events `rows` (id, seq, payload)."""
+    key = f"{tenant}:{session_id or run_id}"
+    time = now.isoformat().replace("+00:00", "Z")
+    records = [
+        {
+            "id": new_id("obx"),
+            "event_id": event_id,
+            "source_seq": seq,
+            "value": {
+                "specversion": "1.0",
+                "id": event_id,
+                "source": OUTBOX_SOURCE,
+                "type": "agentrun.event.log",
+                "subject": run_id,
+                "time": time,
+                "datacontenttype": "application/json",
+                "partitionkey": key,
+                "data": {
+                    "tenant_id": tenant,
+                    "run_id": run_id,
+                    "session_id": session_id,
+                    "command_id": None,
+                    "seq": seq,
+                    "type": "log",
+                    "payload": item,
+                },
+            },
+            "headers": {
+                "content-type": "application/cloudevents+json; charset=UTF-8",
+                "event_id": event_id,
+                "event_type": "log",
+                "run_id": run_id,
+                "seq": str(seq),
+            },
+        }
+        for event_id, seq, item in rows
+    ]
+    return key, records
 
 
 def raw_append(
@@ -96,10 +175,12 @@ def raw_append(
     items: list[dict[str, Any]],
     notify: bool,
     stamp_commit: bool = False,
+    outbox: bool = False,
 ) -> float:
-    """One append transaction: the shape of `append_runner_events`, by hand. Returns the
-    `perf_counter()` at which COMMIT was sent (for cell 8's wake-up latency)."""
-    status, claimed_by, epoch, expires, session_ref = conn.execute(
+    """One append transaction: the shape of `append_runner_events`, by hand (`outbox`:
+    with the outbox records, see the module doc). Returns the `perf_counter()` at which
+    COMMIT was sent (for cell 8's wake-up latency)."""
+    status, claimed_by, epoch, expires, session_ref, tenant = conn.execute(
         LOCK_RUN, [run.run_id]
     ).fetchone()
     now = datetime.now(UTC)
@@ -109,12 +190,20 @@ def raw_append(
         raise RuntimeError("raw append: stale lease")
     last = conn.execute(NEXT_SEQ, [run.run_id]).fetchone()[0]
     params: list[Any] = []
-    for offset, item in enumerate(items, start=1):
-        params += [new_id("evt"), run.run_id, last + offset, "log", Jsonb(item), now]
+    rows = [(new_id("evt"), last + offset, item) for offset, item in enumerate(items, start=1)]
+    for event_id, seq, item in rows:
+        params += [event_id, run.run_id, seq, "log", Jsonb(item), now]
     conn.execute(INSERT + ",".join([INSERT_ROW] * len(items)), params)
     session_id = (session_ref or {}).get("session_id")
     if session_id:
         conn.execute(TOUCH_SESSION, [last + len(items), now, now, session_id])
+    if outbox:
+        key, records = outbox_records(run.run_id, tenant, session_id, rows, now)
+        conn.execute(OUTBOX_LOCK, [OUTBOX_TOPIC, key])
+        conn.execute(
+            OUTBOX_INSERT,
+            dict(run_id=run.run_id, topic=OUTBOX_TOPIC, key=key, now=now, records=Jsonb(records)),
+        )
     if notify:
         conn.execute(NOTIFY, [RUN_CHANGE_CHANNEL, f"{run.run_id}:{last + len(items)}"])
     committing = _now() if stamp_commit else 0.0
@@ -123,15 +212,16 @@ def raw_append(
 
 
 def raw_side(
-    runs: list[fixtures.ClaimedRun], batch: int, notify: bool = True
-) -> tuple[Callable, Callable, Callable]:
+    runs: list[fixtures.ClaimedRun], batch: int, notify: bool = True, outbox: bool = False
+) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     def prepare(index: int) -> Any:
         return fixtures.raw_connect(), index, runs[index % len(runs)]
 
     def step(state: Any, op: int, result: WorkerResult) -> None:
         conn, writer, run = state
         started = _now()
-        raw_append(conn, run, [payload(writer, op, k) for k in range(batch)], notify)
+        items = [payload(writer, op, k) for k in range(batch)]
+        raw_append(conn, run, items, notify, outbox=outbox)
         result.latencies_ms.append((_now() - started) * 1000)
         result.done += batch
         result.acknowledged.append(op)
@@ -205,18 +295,33 @@ def notify_off() -> Iterator[None]:
         event_service.NOTIFY_ON_APPEND = True
 
 
+def wal_lsn() -> int:
+    """The server's current WAL position, in bytes."""
+    with fixtures.raw_connect() as conn:
+        (lsn,) = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchall()[0]
+        return int(lsn)
+
+
 def sample(
-    kind: str, *, writers: int, batch: int, seconds: float, notify: bool = True
+    kind: str,
+    *,
+    writers: int,
+    batch: int,
+    seconds: float,
+    notify: bool = True,
+    outbox: bool = False,
 ) -> Callable[[], Sample]:
-    """A side as a callable: fresh claimed runs, N writers for `seconds`, then the ledger."""
+    """A side as a callable: fresh claimed runs, N writers for `seconds`, then the ledger.
+    `outbox`: the reference with its outbox records (the service's are its settings')."""
 
     def run() -> Sample:
         runs = fixtures.claimed_runs(RUNS)
         if kind == "service":
             prepare, step = service_side(runs, batch)
-            finish: Callable = lambda _state: fixtures.close_django_connection()  # noqa: E731
+            finish: Callable[..., Any] = lambda _state: fixtures.close_django_connection()  # noqa: E731
         else:
-            prepare, step, finish = raw_side(runs, batch, notify)
+            prepare, step, finish = raw_side(runs, batch, notify, outbox)
+        wal_before = wal_lsn()
         if kind == "service" and not notify:
             with notify_off():
                 results, elapsed = run_workers(
@@ -224,9 +329,13 @@ def sample(
                 )
         else:
             results, elapsed = run_workers(writers, prepare, step, seconds=seconds, finish=finish)
+        wal = wal_lsn() - wal_before
         ledger = event_ledger(runs, results, batch)
         latencies = [x for r in results for x in r.latencies_ms]
-        return Sample(sum(r.done for r in results), elapsed, ledger, latencies)
+        done = sum(r.done for r in results)
+        measured = Sample(done, elapsed, ledger, latencies)
+        measured.extra["wal_bytes_per_event"] = round(wal / done) if done else None
+        return measured
 
     return run
 
@@ -246,7 +355,7 @@ def outbox_sample(
         ):
             measured = inner()
         with fixtures.raw_connect() as conn:
-            records = conn.execute("SELECT count(*) FROM agentrun_kafka_event_outbox").fetchone()
+            records = conn.execute("SELECT count(*) FROM agentrun_kafka_event_outbox").fetchall()[0]
         measured.extra["outbox_rows_total"] = records[0]
         return measured
 
@@ -345,6 +454,19 @@ def figures(scale: Scale) -> list[Figure]:
                 goal=(">=", 0.85),  # issue 18
             )
         )
+    out.append(
+        Figure(
+            "1.raw-outbox.8w",
+            "raw SQL append with the outbox records against without, 8 writers",
+            "raw-outbox",
+            sample("raw", writers=8, batch=1, seconds=seconds, outbox=True),
+            "raw-no-outbox",
+            sample("raw", writers=8, batch=1, seconds=seconds),
+            params={"writers": 8, "runs": RUNS, "batch": 1},
+            unit="events/s",
+            reference_kind="self",
+        )
+    )
     return out
 
 
@@ -371,6 +493,62 @@ def query_counts() -> dict[str, Any]:
     return {"append_single": captured(append(1)), "append_batch100": captured(append(100))}
 
 
+def wal_per_event(outcome: Any) -> dict[str, Any]:
+    """Each side's median WAL bytes per event (the samples' `wal_bytes_per_event`)."""
+    sides = ((outcome.figure.a_name, outcome.a), (outcome.figure.b_name, outcome.b))
+    return {
+        name: statistics.median(s.extra["wal_bytes_per_event"] or 0 for s in samples)
+        for name, samples in sides
+        if samples
+    }
+
+
+def statement_wal(repetitions: int = 20) -> dict[str, dict[str, float]]:
+    """The WAL the reference's writes of one single append make, each statement on its own
+    (`EXPLAIN (ANALYZE, WAL)`: this backend's records only, whatever else the server does;
+    median of `repetitions` appends, each committed, as the figures' are): the event
+    INSERT, the session UPDATE, the outbox record's INSERT. The run lock, the commit
+    record and the occasional sequence record are left out."""
+    run = fixtures.claimed_runs(1)[0]
+    measured: dict[str, list[tuple[float, float]]] = {"event": [], "session": [], "outbox": []}
+    with fixtures.raw_connect() as conn:
+        for n in range(repetitions):
+            _, _, _, _, _, tenant = conn.execute(LOCK_RUN, [run.run_id]).fetchall()[0]
+            (last,) = conn.execute(NEXT_SEQ, [run.run_id]).fetchall()[0]
+            now, event_id, item = datetime.now(UTC), new_id("evt"), payload(0, n, 0)
+            row = [event_id, run.run_id, last + 1, "log", Jsonb(item), now]
+            key, records = outbox_records(
+                run.run_id, tenant, run.session_id, [(event_id, last + 1, item)], now
+            )
+            record = dict(run_id=run.run_id, topic=OUTBOX_TOPIC, key=key, now=now)
+            statements: list[tuple[str, str, Any]] = [
+                ("event", INSERT + INSERT_ROW, row),
+                ("session", TOUCH_SESSION, [last + 1, now, now, run.session_id]),
+                ("outbox", OUTBOX_INSERT, {**record, "records": Jsonb(records)}),
+            ]
+            for name, sql, params in statements:
+                (plan,) = conn.execute("EXPLAIN (ANALYZE, WAL, FORMAT JSON) " + sql, params)
+                top = plan[0][0]["Plan"]
+                measured[name].append((top.get("WAL Records", 0), top.get("WAL Bytes", 0)))
+            conn.commit()
+    return {
+        name: {
+            "records": statistics.median(r for r, _ in values),
+            "bytes": statistics.median(b for _, b in values),
+        }
+        for name, values in measured.items()
+    }
+
+
+def outbox_indexes() -> list[str]:
+    with fixtures.raw_connect() as conn:
+        rows = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'agentrun_kafka_event_outbox'"
+            " ORDER BY indexname"
+        ).fetchall()
+    return [name for (name,) in rows]
+
+
 def run(scale: Scale) -> CellReport:
     random.seed(1)
     report = CellReport()
@@ -378,6 +556,13 @@ def run(scale: Scale) -> CellReport:
     counts = {name: q["count"] for name, q in report.data["queries"].items()}
     report.note(f"statements per call (BEGIN/COMMIT included): {counts}")
     report.outcomes = [compare(figure) for figure in figures(scale)]
+    for outcome in report.outcomes:
+        if "outbox" in outcome.figure.key:
+            wal = wal_per_event(outcome)
+            report.note(f"{outcome.figure.key} WAL bytes per event, server-wide: {wal}")
+    report.data["statement_wal"] = per_statement = statement_wal()
+    report.note(f"WAL per statement of one append, EXPLAIN (ANALYZE, WAL): {per_statement}")
+    report.note(f"outbox indexes (an entry each per record): {outbox_indexes()}")
     if scale.profile:
         report.data["profile"] = profile_service(scale)
     return report

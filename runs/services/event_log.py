@@ -4,7 +4,9 @@ The seq of an event is `max(seq) + 1` read under the run's row lock, so seqs are
 and unique per run however many writers race (seed `appendEventWithLockedRun`). Payloads
 are redacted before they are stored. Each transaction that appends notifies
 `agentrun_run_change` with `<run id>:<last seq>`; it is sent after the
-commit (`runs.sql` says why), so a long-poll never sees an event that then rolls back.
+commit (`runs.sql` says why), so a long-poll never sees an event that then rolls back. A
+runner's append sends it in the COMMIT's own round trip (`commit_appends`); the others,
+as an on-commit hook.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
 from outbox.cloudevents import partition_key_for
 from outbox.record import outbox_records_locked
-from runs.locks import lock_run, lock_run_for_runner_key
+from runs.locks import lock_run_for_append
 from runs.models import RUNNER_EVENT_TYPES, Event, Run, RunStatus
 from runs.services.fencing import (
     ended_run_reason,
@@ -34,7 +36,14 @@ from runs.services.fencing import (
     stale_claim_reason,
 )
 from runs.sql import RUN_CHANGE_CHANNEL as RUN_CHANGE_CHANNEL  # re-exported: listeners use it
-from runs.sql import EventRow, insert_events, notify_runs_changed
+from runs.sql import (
+    EventRow,
+    commit_and_notify_runs_changed,
+    event_committed,
+    insert_events,
+    notify_runs_changed,
+    transaction_idle,
+)
 from webhooks.record import record_webhook_deliveries_locked
 
 log = logging.getLogger("agentrun.runs")
@@ -197,7 +206,7 @@ def _store(per_run: list[list[Event]]) -> None:
     if NOTIFY_ON_APPEND:
         last_seqs = {rows[0].run_id: rows[-1].seq for rows in per_run}
         sessions = {rows[0].run_id: rows[0].run.session_id or "" for rows in per_run}
-        transaction.on_commit(lambda: _notify_safely(last_seqs, sessions, outboxed))
+        transaction.on_commit(_RunChanges(last_seqs, sessions, outboxed))
     count_events_on_commit(event.type for rows in per_run for event in rows)
 
 
@@ -206,15 +215,64 @@ def _store(per_run: list[list[Event]]) -> None:
 NOTIFY_ON_APPEND = True
 
 
-def _notify_safely(
-    last_seqs: dict[str, int], sessions: dict[str, str], outbox_keys: list[str]
-) -> None:
-    """After commit (`runs.sql.notify_runs_changed` says why not before). A failure is
-    logged, not raised: the events are committed, and a waiter re-reads at its timeout."""
+class _RunChanges:
+    """The after-commit notification of one `_store` (`runs.sql.notify_runs_changed` says
+    why after): an on-commit hook, unless `commit_appends` sent it with the COMMIT. A
+    failure is logged, not raised: the events are committed, and a waiter re-reads at its
+    timeout."""
+
+    def __init__(
+        self, last_seqs: dict[str, int], sessions: dict[str, str], outbox_keys: list[str]
+    ) -> None:
+        self.last_seqs, self.sessions, self.outbox_keys = last_seqs, sessions, outbox_keys
+        self.sent = False
+
+    def __call__(self) -> None:
+        if self.sent:
+            return
+        try:
+            notify_runs_changed(
+                self.last_seqs, sessions=self.sessions, outbox_keys=self.outbox_keys
+            )
+        except DatabaseError as error:
+            log.warning("run-change notification not sent: %s", error)
+
+
+def commit_appends() -> None:
+    """Commit the caller's transaction together with its appends' notifications: one round
+    trip (`runs.sql.commit_and_notify_runs_changed`) where Django's COMMIT and the
+    on-commit NOTIFY were two. Call it as the *last* statement of a service's outermost
+    `transaction.atomic` block; Django's commit at the block's end then finds nothing to
+    send, and runs the other on-commit hooks as usual. Does nothing (Django commits) when
+    the transaction appended nothing or the block is not the outermost one.
+
+    If the statement fails, the COMMIT may or may not have taken: a read of the last
+    appended event says which. Not committed: the error is raised and the block rolls
+    back, as Django's own failed commit would. Committed: only the NOTIFY failed, which is
+    logged, not raised, as after any commit (the caller's write succeeded)."""
+    if len(connection.atomic_blocks) != 1 or connection.savepoint_ids:
+        return
+    hooks = [entry[1] for entry in connection.run_on_commit]  # (savepoints, hook, robust)
+    pending = [hook for hook in hooks if isinstance(hook, _RunChanges) and not hook.sent]
+    if not pending:
+        return
+    last_seqs: dict[str, int] = {}
+    sessions: dict[str, str] = {}
+    keys: dict[str, None] = {}
+    for hook in pending:  # in append order: a later append's seq wins
+        last_seqs.update(hook.last_seqs)
+        sessions.update(hook.sessions)
+        keys.update(dict.fromkeys(hook.outbox_keys))
     try:
-        notify_runs_changed(last_seqs, sessions=sessions, outbox_keys=outbox_keys)
+        commit_and_notify_runs_changed(last_seqs, sessions=sessions, outbox_keys=list(keys))
     except DatabaseError as error:
+        # A failed COMMIT ended the transaction (idle); so did a failed NOTIFY after it.
+        run_id, seq = next(iter(last_seqs.items()))
+        if not transaction_idle() or not event_committed(run_id, seq):
+            raise
         log.warning("run-change notification not sent: %s", error)
+    for hook in pending:
+        hook.sent = True
 
 
 def fence_runner_write(
@@ -279,14 +337,11 @@ def append_runner_events(
     hold the current claim (the refused batch is recorded as `late-write-rejected`). The API
     rejects unknown and server-only event types with a 400 before this is called.
     `runner_key_digest`: the request's key is checked in the run lock's own statement
-    (`runs.locks.lock_run_for_runner_key`; `KeyDoesNotHoldRun`, nothing written, if not).
+    (`runs.locks.lock_run_for_append`; `KeyDoesNotHoldRun`, nothing written, if not).
     """
     assert all(event.type in RUNNER_EVENT_TYPES for event in events)
     with transaction.atomic(durable=True):
-        if runner_key_digest is None:
-            run = lock_run(run_id)
-        else:
-            run = lock_run_for_runner_key(run_id, key_digest=runner_key_digest)
+        run = lock_run_for_append(run_id, key_digest=runner_key_digest)
         refused = {"rejected_types": [event.type for event in events]}
         refusal = fence_runner_write(
             run, runner_id=runner_id, lease_epoch=lease_epoch, source="events", **refused
@@ -294,6 +349,7 @@ def append_runner_events(
         appended = (
             [] if refusal else append_events_locked(run=run, events=events, runner_id=runner_id)
         )
+        commit_appends()  # the last statement: the COMMIT and the NOTIFY in one round trip
     if refusal:
         raise refusal
     return appended

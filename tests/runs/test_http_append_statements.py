@@ -2,8 +2,10 @@
 
 `POST /runs/{id}/events` with a runner key makes the service's statements and nothing
 else: BEGIN, the run lock (which checks the key in the same statement,
-`runs.locks.lock_run_for_runner_key`), the event statement, COMMIT and the NOTIFY after it.
-Before issue 18's fourth round the key was looked up first, on its own (six). No key is
+`runs.locks.lock_run_for_append`), the event statement, and the COMMIT with the NOTIFY
+after it in one string (Django then logs its own COMMIT, which sends nothing:
+`tests/runs/test_append_statements.py`). Before issue 18's fourth round the key was looked
+up first, on its own (six). No key is
 cached anywhere, so a revoked, expired or foreign key is refused on the very next request
 (SECURITY.md), with nothing written; and what the lookup refused first (a 401 or 429
 before a bad body's 400, a 404 for another run) is still answered first. Other keys
@@ -68,9 +70,10 @@ def test_a_runner_key_append_is_the_services_five_statements(batch: int) -> None
         }
     sqls = statements(runner_for(run), run, body)
     assert len(sqls) == 5, sqls
-    assert sqls[0] == "BEGIN" and sqls[3] == "COMMIT", sqls
+    assert sqls[0] == "BEGIN" and sqls[4] == "COMMIT", sqls
     assert sqls[1].endswith("FOR UPDATE") and "agentrun_api_keys" in sqls[1], sqls
-    assert sqls[2].startswith("WITH base") and "pg_notify" in sqls[4], sqls
+    assert sqls[2].startswith("WITH base") and sqls[3].startswith("COMMIT;\n"), sqls
+    assert "pg_notify" in sqls[3], sqls
     assert not any(sql.startswith('SELECT "agentrun_api_keys"') for sql in sqls), sqls
 
 

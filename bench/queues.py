@@ -112,7 +112,7 @@ def clear_seeded() -> None:
 
 def seed(kind: str, n: int, *, start: int = 0, profiles: int = 1) -> list[str]:
     """Enqueue n items numbered start..start+n-1; return their ids (the ledger's keys)."""
-    if kind in ("agentrun", "raw", "celery"):
+    if kind in ("agentrun", "raw", "writeset", "writeset-steps", "celery"):
         return seed_intents(n, start=start, profiles=profiles)
     items = [str(i) for i in range(start, start + n)]
     if kind == "pgqueuer":
@@ -297,3 +297,90 @@ def intent_ledger(expected: list[str]) -> dict[str, int]:
             " HAVING count(*) > 1) d"
         ).fetchone()[0]
     return {"states": states, "runner_jobs": jobs, "runs_with_two_jobs": extra_jobs}
+
+
+# --- what a drain writes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteMark:
+    """The bench database's counters at one moment: the WAL flush position and, summed
+    over its tables, the rows inserted, updated (of which HOT) and deleted."""
+
+    lsn: str
+    tuples: dict[str, int]
+
+
+_TUPLES_SQL = """
+SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0),
+       coalesce(sum(n_tup_hot_upd), 0), coalesce(sum(n_tup_del), 0)
+FROM pg_stat_user_tables
+"""
+
+# The WAL between two marks is the whole cluster's (other databases write meanwhile), so
+# only this database's records count: those with a block of one of its relations, and the
+# commit records of the transactions that wrote them (pg_walinspect, PostgreSQL 15).
+_WAL_SQL = """
+WITH w AS (
+  SELECT xid::text AS x, resource_manager, record_length, fpi_length, block_ref
+  FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
+),
+ours AS (SELECT DISTINCT x FROM w WHERE block_ref LIKE %(rel)s AND x <> '0')
+SELECT count(*), coalesce(sum(record_length), 0), coalesce(sum(fpi_length), 0)
+FROM w
+WHERE block_ref LIKE %(rel)s OR (resource_manager = 'Transaction' AND x IN (SELECT x FROM ours))
+"""
+
+
+# The same records by table (an index's records counted to its table): record bytes only.
+_WAL_BY_TABLE_SQL = """
+WITH w AS (
+  SELECT block_ref, record_length
+  FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
+  WHERE block_ref LIKE %(rel)s
+),
+r AS (
+  SELECT pg_filenode_relation(0, (regexp_match(block_ref, 'rel \\d+/\\d+/(\\d+)'))[1]::oid)
+           AS rel, record_length
+  FROM w
+)
+SELECT coalesce(t.relname, c.relname, '?') AS name, sum(r.record_length)
+FROM r LEFT JOIN pg_class c ON c.oid = r.rel
+LEFT JOIN pg_index i ON i.indexrelid = r.rel LEFT JOIN pg_class t ON t.oid = i.indrelid
+GROUP BY 1 ORDER BY 2 DESC
+"""
+
+
+def write_mark() -> WriteMark:
+    """Mark the counters (read on a new connection: statistics are a per-transaction
+    snapshot, and a worker's counts reach them when its backend exits or flushes)."""
+    with env.admin_connect() as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        ins, upd, hot, dele = conn.execute(_TUPLES_SQL).fetchone()
+        lsn = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
+    return WriteMark(lsn, {"ins": int(ins), "upd": int(upd), "hot": int(hot), "del": int(dele)})
+
+
+def writes_between(start: WriteMark, items: int) -> dict[str, Any]:
+    """Per item, what this database wrote since `start`: rows inserted / updated (HOT) /
+    deleted, WAL records and bytes (and of those, full-page images; and the record bytes
+    by table, its indexes' included, in `wal_by_table`). Waits a moment for
+    the workers' backends, which flush their table counts when they exit."""
+    time.sleep(1.0)
+    end = write_mark()
+    with env.admin_connect() as conn:
+        oid = conn.execute(
+            "SELECT oid FROM pg_database WHERE datname = current_database()"
+        ).fetchone()[0]
+        span = {"start": start.lsn, "end": end.lsn, "rel": f"%/{oid}/%"}
+        records, wal, fpi = conn.execute(_WAL_SQL, span).fetchone()
+        by_table = conn.execute(_WAL_BY_TABLE_SQL, span).fetchall()
+    per = max(items, 1)
+    out = {name: round((end.tuples[name] - start.tuples[name]) / per, 2) for name in end.tuples}
+    out |= {
+        "wal_records": round(records / per, 2),
+        "wal_bytes": round(wal / per, 1),
+        "wal_fpi_bytes": round(fpi / per, 1),
+    }
+    return {**out, "wal_by_table": {name: round(b / per, 1) for name, b in by_table}}

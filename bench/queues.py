@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
+
 from bench import env
 from bench.harness import Ledger
 
@@ -369,15 +371,20 @@ def writes_between(start: WriteMark, items: int) -> dict[str, Any]:
     the workers' backends, which flush their table counts when they exit."""
     time.sleep(1.0)
     end = write_mark()
-    with env.admin_connect() as conn:
-        oid = conn.execute(
-            "SELECT oid FROM pg_database WHERE datname = current_database()"
-        ).fetchone()[0]
-        span = {"start": start.lsn, "end": end.lsn, "rel": f"%/{oid}/%"}
-        records, wal, fpi = conn.execute(_WAL_SQL, span).fetchone()
-        by_table = conn.execute(_WAL_BY_TABLE_SQL, span).fetchall()
     per = max(items, 1)
-    out = {name: round((end.tuples[name] - start.tuples[name]) / per, 2) for name in end.tuples}
+    out: dict[str, Any] = {
+        name: round((end.tuples[name] - start.tuples[name]) / per, 2) for name in end.tuples
+    }
+    try:
+        with env.admin_connect() as conn:
+            oid = conn.execute(
+                "SELECT oid FROM pg_database WHERE datname = current_database()"
+            ).fetchone()[0]
+            span = {"start": start.lsn, "end": end.lsn, "rel": f"%/{oid}/%"}
+            records, wal, fpi = conn.execute(_WAL_SQL, span).fetchone()
+            by_table = conn.execute(_WAL_BY_TABLE_SQL, span).fetchall()
+    except psycopg.Error as error:  # e.g. a checkpoint recycled the span's first segment
+        return {**out, "wal_error": str(error).splitlines()[0]}
     out |= {
         "wal_records": round(records / per, 2),
         "wal_bytes": round(wal / per, 1),

@@ -292,13 +292,21 @@ def write_notes(outcomes: list[Outcome]) -> list[str]:
                 sides[name] = counted
     notes = []
     for name, counted in sides.items():
+        counted = [c for c in counted if "wal_bytes" in c]  # WAL read (see `wal_error`)
+        if not counted:
+            continue
         med = {
             key: statistics.median(c[key] for c in counted)
             for key, value in counted[0].items()
             if isinstance(value, int | float)
         }
-        tables = counted[len(counted) // 2].get("wal_by_table", {})
-        top = ", ".join(f"{name} {b:,.0f}" for name, b in list(tables.items())[:5])
+        names = {name for c in counted for name in c.get("wal_by_table", {})}
+        tables = {
+            name: statistics.median(c.get("wal_by_table", {}).get(name, 0) for c in counted)
+            for name in names
+        }
+        ranked = sorted(tables.items(), key=lambda item: -item[1])
+        top = ", ".join(f"{name} {b:,.0f}" for name, b in ranked[:6])
         notes.append(
             f"{name} writes per item: {med['ins']:.2f} rows inserted, {med['upd']:.2f} updated"
             f" ({med['hot']:.2f} HOT), {med['del']:.2f} deleted; WAL {med['wal_records']:.1f}"

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -351,6 +353,18 @@ FROM r LEFT JOIN pg_class c ON c.oid = r.rel
 LEFT JOIN pg_index i ON i.indexrelid = r.rel LEFT JOIN pg_class t ON t.oid = i.indrelid
 GROUP BY 1 ORDER BY 2 DESC
 """
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children that have exited."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far (/proc, Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write_mark() -> WriteMark:

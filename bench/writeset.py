@@ -24,7 +24,9 @@ What a batch of up to 10 intents writes and locks, as `dispatch.services.launch
    event inserted with the next seq (the same eleven-field payload); the runs' sessions'
    `last_event_seq` / activity touched; the webhook-endpoint probe of `runs.sql`; COMMIT;
    then the `agentrun_run_change` NOTIFY per run (`synchronous_commit` off, its own
-   autocommitted statement, as `runs.sql.notify_runs_changed`), in the same pipeline.
+   autocommitted statement, as `runs.sql.notify_runs_changed`), in the same pipeline: its
+   payloads are read back by the events' ids (one per event, and each run has one here),
+   since the client has not seen the seqs yet.
 
 So the same rows (per intent: the intent written twice, a key, a runner job, an event;
 the run and command rows locked) and the same locks in the same order, with the same

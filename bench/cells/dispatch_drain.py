@@ -77,17 +77,22 @@ def drain_sample(
     def run() -> Sample:
         clear()
         ids = queues.seed(kind, n, profiles=profiles)
+        reaped = queues.children_cpu_s()
         pool = queues.Pool(kind, processes=PROCESSES, slots=slots, batch=batch)
         try:
             mark = queues.write_mark() if writes else None
+            started = sum(queues.process_cpu_s(pid) for pid in pool.pids)
             go = pool.go()
             result = pool.collect()
         finally:
             pool.kill()
+        # The workers' own CPU for the drain: all they used, less their start-up.
+        worker_cpu = queues.children_cpu_s() - reaped - started
         ledger = queues.execution_ledger(ids, result.executed)
         extra: dict[str, Any] = {}
         if mark is not None:
             extra["writes"] = queues.writes_between(mark, n)
+            extra["writes"]["worker_cpu_ms"] = round(worker_cpu * 1000 / n, 3)
         unwritten = sum(report.get("unwritten", 0) for report in result.reports)
         if unwritten:
             ledger.notes.append(f"{unwritten} claims not written by their settle")
@@ -277,8 +282,9 @@ def writeset_vs_peer(outcomes: list[Outcome], *, slots: int) -> list[Outcome]:
 
 def write_notes(outcomes: list[Outcome]) -> list[str]:
     """One note per side that counted its writes: the median per item of rows inserted,
-    updated (HOT), deleted, and WAL records / bytes (full-page images) of the bench
-    database, over its repetitions."""
+    updated (HOT), deleted, WAL records / bytes (full-page images) of the bench database,
+    and the worker processes' CPU (user + system, start-up excluded), over its
+    repetitions."""
     sides: dict[str, list[dict[str, Any]]] = {}
     for outcome in outcomes:
         for name, samples in (
@@ -311,7 +317,8 @@ def write_notes(outcomes: list[Outcome]) -> list[str]:
             f"{name} writes per item: {med['ins']:.2f} rows inserted, {med['upd']:.2f} updated"
             f" ({med['hot']:.2f} HOT), {med['del']:.2f} deleted; WAL {med['wal_records']:.1f}"
             f" records, {med['wal_bytes']:,.0f} bytes (of which full-page images"
-            f" {med['wal_fpi_bytes']:,.0f}); median of {len(counted)}; WAL bytes by table: {top}"
+            f" {med['wal_fpi_bytes']:,.0f}); the workers' CPU {med['worker_cpu_ms']:.2f} ms;"
+            f" median of {len(counted)}; WAL bytes by table: {top}"
         )
     return notes
 

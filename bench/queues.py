@@ -322,36 +322,28 @@ FROM pg_stat_user_tables
 """
 
 # The WAL between two marks is the whole cluster's (other databases write meanwhile), so
-# only this database's records count: those with a block of one of its relations, and the
-# commit records of the transactions that wrote them (pg_walinspect, PostgreSQL 15).
+# only this database's records count: those with a block of one of its relations (counted
+# to the relation's table, an index's to its table), and the commit records of the
+# transactions that wrote them (pg_walinspect, PostgreSQL 15). One pass over the span.
 _WAL_SQL = """
 WITH w AS (
-  SELECT xid::text AS x, resource_manager, record_length, fpi_length, block_ref
+  SELECT xid::text AS x, resource_manager, record_length, fpi_length, block_ref,
+         block_ref LIKE %(rel)s AS here
   FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
 ),
-ours AS (SELECT DISTINCT x FROM w WHERE block_ref LIKE %(rel)s AND x <> '0')
-SELECT count(*), coalesce(sum(record_length), 0), coalesce(sum(fpi_length), 0)
-FROM w
-WHERE block_ref LIKE %(rel)s OR (resource_manager = 'Transaction' AND x IN (SELECT x FROM ours))
-"""
-
-
-# The same records by table (an index's records counted to its table): record bytes only.
-_WAL_BY_TABLE_SQL = """
-WITH w AS (
-  SELECT block_ref, record_length
-  FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
-  WHERE block_ref LIKE %(rel)s
-),
+ours AS (SELECT DISTINCT x FROM w WHERE here AND x <> '0'),
 r AS (
-  SELECT pg_filenode_relation(0, (regexp_match(block_ref, 'rel \\d+/\\d+/(\\d+)'))[1]::oid)
-           AS rel, record_length
+  SELECT here, record_length, fpi_length,
+         CASE WHEN here THEN pg_filenode_relation(
+           0, (regexp_match(block_ref, 'rel \\d+/\\d+/(\\d+)'))[1]::oid) END AS rel
   FROM w
+  WHERE here OR (resource_manager = 'Transaction' AND x IN (SELECT x FROM ours))
 )
-SELECT coalesce(t.relname, c.relname, '?') AS name, sum(r.record_length)
+SELECT CASE WHEN NOT r.here THEN '(commits)' ELSE coalesce(t.relname, c.relname, '?') END,
+       count(*), sum(r.record_length), sum(r.fpi_length)
 FROM r LEFT JOIN pg_class c ON c.oid = r.rel
 LEFT JOIN pg_index i ON i.indexrelid = r.rel LEFT JOIN pg_class t ON t.oid = i.indrelid
-GROUP BY 1 ORDER BY 2 DESC
+GROUP BY 1 ORDER BY 3 DESC
 """
 
 
@@ -395,13 +387,12 @@ def writes_between(start: WriteMark, items: int) -> dict[str, Any]:
                 "SELECT oid FROM pg_database WHERE datname = current_database()"
             ).fetchone()[0]
             span = {"start": start.lsn, "end": end.lsn, "rel": f"%/{oid}/%"}
-            records, wal, fpi = conn.execute(_WAL_SQL, span).fetchone()
-            by_table = conn.execute(_WAL_BY_TABLE_SQL, span).fetchall()
+            by_table = conn.execute(_WAL_SQL, span).fetchall()
     except psycopg.Error as error:  # e.g. a checkpoint recycled the span's first segment
         return {**out, "wal_error": str(error).splitlines()[0]}
     out |= {
-        "wal_records": round(records / per, 2),
-        "wal_bytes": round(wal / per, 1),
-        "wal_fpi_bytes": round(fpi / per, 1),
+        "wal_records": round(sum(row[1] for row in by_table) / per, 2),
+        "wal_bytes": round(sum(row[2] for row in by_table) / per, 1),
+        "wal_fpi_bytes": round(sum(row[3] for row in by_table) / per, 1),
     }
-    return {**out, "wal_by_table": {name: round(b / per, 1) for name, b in by_table}}
+    return {**out, "wal_by_table": {row[0]: round(row[2] / per, 1) for row in by_table}}

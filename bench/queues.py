@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from bench import env
 from bench.harness import Ledger
@@ -112,7 +116,7 @@ def clear_seeded() -> None:
 
 def seed(kind: str, n: int, *, start: int = 0, profiles: int = 1) -> list[str]:
     """Enqueue n items numbered start..start+n-1; return their ids (the ledger's keys)."""
-    if kind in ("agentrun", "raw", "celery"):
+    if kind in ("agentrun", "raw", "writeset", "writeset-steps", "celery"):
         return seed_intents(n, start=start, profiles=profiles)
     items = [str(i) for i in range(start, start + n)]
     if kind == "pgqueuer":
@@ -297,3 +301,98 @@ def intent_ledger(expected: list[str]) -> dict[str, int]:
             " HAVING count(*) > 1) d"
         ).fetchone()[0]
     return {"states": states, "runner_jobs": jobs, "runs_with_two_jobs": extra_jobs}
+
+
+# --- what a drain writes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteMark:
+    """The bench database's counters at one moment: the WAL flush position and, summed
+    over its tables, the rows inserted, updated (of which HOT) and deleted."""
+
+    lsn: str
+    tuples: dict[str, int]
+
+
+_TUPLES_SQL = """
+SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0),
+       coalesce(sum(n_tup_hot_upd), 0), coalesce(sum(n_tup_del), 0)
+FROM pg_stat_user_tables
+"""
+
+# The WAL between two marks is the whole cluster's (other databases write meanwhile), so
+# only this database's records count: those with a block of one of its relations (counted
+# to the relation's table, an index's to its table), and the commit records of the
+# transactions that wrote them (pg_walinspect, PostgreSQL 15). One pass over the span.
+_WAL_SQL = """
+WITH w AS (
+  SELECT xid::text AS x, resource_manager, record_length, fpi_length, block_ref,
+         block_ref LIKE %(rel)s AS here
+  FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
+),
+ours AS (SELECT DISTINCT x FROM w WHERE here AND x <> '0'),
+r AS (
+  SELECT here, record_length, fpi_length,
+         CASE WHEN here THEN pg_filenode_relation(
+           0, (regexp_match(block_ref, 'rel \\d+/\\d+/(\\d+)'))[1]::oid) END AS rel
+  FROM w
+  WHERE here OR (resource_manager = 'Transaction' AND x IN (SELECT x FROM ours))
+)
+SELECT CASE WHEN NOT r.here THEN '(commits)' ELSE coalesce(t.relname, c.relname, '?') END,
+       count(*), sum(r.record_length), sum(r.fpi_length)
+FROM r LEFT JOIN pg_class c ON c.oid = r.rel
+LEFT JOIN pg_index i ON i.indexrelid = r.rel LEFT JOIN pg_class t ON t.oid = i.indrelid
+GROUP BY 1 ORDER BY 3 DESC
+"""
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children that have exited."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far (/proc, Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def write_mark() -> WriteMark:
+    """Mark the counters (read on a new connection: statistics are a per-transaction
+    snapshot, and a worker's counts reach them when its backend exits or flushes)."""
+    with env.admin_connect() as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        ins, upd, hot, dele = conn.execute(_TUPLES_SQL).fetchone()
+        lsn = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
+    return WriteMark(lsn, {"ins": int(ins), "upd": int(upd), "hot": int(hot), "del": int(dele)})
+
+
+def writes_between(start: WriteMark, items: int) -> dict[str, Any]:
+    """Per item, what this database wrote since `start`: rows inserted / updated (HOT) /
+    deleted, WAL records and bytes (and of those, full-page images; and the record bytes
+    by table, its indexes' included, in `wal_by_table`). Waits a moment for
+    the workers' backends, which flush their table counts when they exit."""
+    time.sleep(1.0)
+    end = write_mark()
+    per = max(items, 1)
+    out: dict[str, Any] = {
+        name: round((end.tuples[name] - start.tuples[name]) / per, 2) for name in end.tuples
+    }
+    try:
+        with env.admin_connect() as conn:
+            oid = conn.execute(
+                "SELECT oid FROM pg_database WHERE datname = current_database()"
+            ).fetchone()[0]
+            span = {"start": start.lsn, "end": end.lsn, "rel": f"%/{oid}/%"}
+            by_table = conn.execute(_WAL_SQL, span).fetchall()
+    except psycopg.Error as error:  # e.g. a checkpoint recycled the span's first segment
+        return {**out, "wal_error": str(error).splitlines()[0]}
+    out |= {
+        "wal_records": round(sum(row[1] for row in by_table) / per, 2),
+        "wal_bytes": round(sum(row[2] for row in by_table) / per, 1),
+        "wal_fpi_bytes": round(sum(row[3] for row in by_table) / per, 1),
+    }
+    return {**out, "wal_by_table": {row[0]: round(row[2] / per, 1) for row in by_table}}

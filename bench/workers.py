@@ -10,6 +10,9 @@ clock, `time.time()`, comparable across processes). Kinds:
 - `raw`: N threads of the raw-SQL ceiling: claim `--batch` intents with one
   `UPDATE … FOR UPDATE SKIP LOCKED` statement, then complete them fenced by
   (owner, attempt) in a second transaction.
+- `writeset`: N threads of cell 3's "raw-writeset" ceiling, agentrun's own durable
+  write set per intent in hand-written psycopg (`bench.writeset` says what it writes);
+  `writeset-steps`: the same, one round trip per statement.
 - `pgqueuer`: one asyncio QueueManager (asyncpg), `max_concurrent_tasks=N`, batch 10.
 - `procrastinate`: one Procrastinate worker (psycopg), `concurrency=N`.
 
@@ -38,6 +41,7 @@ from bench.queue_workers import (
 )
 from bench.relay_workers import naive_worker, producer_worker, raw_minimal_worker, relay_worker
 from bench.worker_process import PEER_ENTRYPOINT, Journal, emit
+from bench.writeset import writeset_steps_worker, writeset_worker
 
 # Imported from here by the cells, `bench.queues` and `bench.launchers`.
 __all__ = ["PEER_ENTRYPOINT", "Journal", "NoopLauncher", "main", "procrastinate_app"]
@@ -45,6 +49,8 @@ __all__ = ["PEER_ENTRYPOINT", "Journal", "NoopLauncher", "main", "procrastinate_
 WORKERS = {
     "agentrun": agentrun_worker,
     "raw": raw_worker,
+    "writeset": writeset_worker,
+    "writeset-steps": writeset_steps_worker,
     "pgqueuer": pgqueuer_worker,
     "procrastinate": procrastinate_worker,
     "relay": relay_worker,

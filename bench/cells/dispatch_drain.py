@@ -12,7 +12,19 @@ References, each drained by 2 processes x N slots, batch 10, interleaved A B C D
 - PgQueuer (asyncpg, `max_concurrent_tasks` = N x batch, drain mode), n no-op jobs;
 - Procrastinate (psycopg, `concurrency` = N), n no-op jobs;
 - the raw-SQL ceiling: the same intents claimed with one `UPDATE … FOR UPDATE SKIP LOCKED`
-  statement (batch 10) and completed fenced by (owner, attempt) in a second one.
+  statement (batch 10) and completed fenced by (owner, attempt) in a second one;
+- "raw-writeset" (`bench.writeset`): agentrun's own durable write set per intent (the
+  claim with its lease, attempt and runner key; the settle's run and command locks, the
+  intents' compare-and-set, the runner jobs, the `runner-dispatched` events with their
+  seqs and the session touch, the NOTIFY) in hand-written psycopg, 2 round trips per
+  batch. Printed against agentrun (how far agentrun is from its own write set's ceiling)
+  and, from the same repetitions, against PgQueuer (whether that write set can reach
+  PgQueuer at all on this machine); and "raw-writeset-steps", the same statements one
+  round trip each (7 per batch, agentrun's 8): agentrun against it is its Python alone.
+
+Each side's drain also counts, untimed, what it wrote per item: rows inserted, updated
+(HOT) and deleted in the bench database, and WAL records and bytes of the bench
+database's relations (pg_walinspect), printed as the cell's notes.
 
 The issue asks for 20,000 items; at the rate agentrun drains here (about 100/s) one
 repetition of that would take over three minutes, so the full run drains 1,200 (the drain
@@ -24,6 +36,7 @@ agentrun every intent `dispatched` with one runner job.
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,7 +45,17 @@ from typing import Any
 
 from bench import env, queues
 from bench.celery_workers import celery_workers, journal_starts, producing_to_redis
-from bench.harness import CellReport, Figure, Sample, Scale, compare, compare_many
+from bench.harness import (
+    CellReport,
+    Figure,
+    Outcome,
+    Sample,
+    Scale,
+    compare,
+    compare_many,
+    format_line,
+    ratio_of,
+)
 from bench.profiling import print_summary, profiled
 
 PROCESSES = 2
@@ -46,19 +69,34 @@ def drain_sample(
     batch: int = 10,
     profiles: int = 1,
     clear: Callable[[], None] = queues.clear_queues,
+    writes: bool = False,
 ) -> Callable[[], Sample]:
+    """One drain of n items by `kind`'s workers. `writes`: also count, untimed, what the
+    drain wrote per item (`queues.writes_between`: rows and WAL), in `extra["writes"]`."""
+
     def run() -> Sample:
         clear()
         ids = queues.seed(kind, n, profiles=profiles)
+        reaped = queues.children_cpu_s()
         pool = queues.Pool(kind, processes=PROCESSES, slots=slots, batch=batch)
         try:
+            mark = queues.write_mark() if writes else None
+            started = sum(queues.process_cpu_s(pid) for pid in pool.pids)
             go = pool.go()
             result = pool.collect()
         finally:
             pool.kill()
+        # The workers' own CPU for the drain: all they used, less their start-up.
+        worker_cpu = queues.children_cpu_s() - reaped - started
         ledger = queues.execution_ledger(ids, result.executed)
         extra: dict[str, Any] = {}
-        if kind == "agentrun":
+        if mark is not None:
+            extra["writes"] = queues.writes_between(mark, n)
+            extra["writes"]["worker_cpu_ms"] = round(worker_cpu * 1000 / n, 3)
+        unwritten = sum(report.get("unwritten", 0) for report in result.reports)
+        if unwritten:
+            ledger.notes.append(f"{unwritten} claims not written by their settle")
+        if kind in ("agentrun", "writeset", "writeset-steps"):
             facts = queues.intent_ledger(ids)
             extra["database"] = facts
             undispatched = n - facts["states"].get("dispatched", 0)
@@ -128,7 +166,11 @@ def run(scale: Scale) -> CellReport:
     # in n, and cell 10 checks it against a 10x history) to keep the suite in 20 minutes.
     plan = scale.pick(((4, 300),), ((4, 20_000), (16, 5_000)))
     for slots, n in plan:
-        report.outcomes += compare_many(drain_figures(n=n, slots=slots), scale.heavy_reps)
+        outcomes = compare_many(drain_figures(n=n, slots=slots), scale.heavy_reps)
+        report.outcomes += outcomes
+        report.outcomes += writeset_vs_peer(outcomes, slots=slots)
+        for line in write_notes(outcomes):
+            report.note(line)
     celery_n = scale.pick(300, 5_000)
     report.outcomes.append(celery_figure(n=celery_n, slots=4, reps=scale.heavy_reps))
     if not scale.quick:
@@ -146,7 +188,8 @@ PROCRASTINATE_MAX = 5_000
 def drain_figures(*, n: int, slots: int) -> list[Figure]:
     params = {"items": n, "processes": PROCESSES, "slots": slots, "batch": 10}
     peer_n = min(n, PROCRASTINATE_MAX)
-    agentrun = drain_sample("agentrun", n=n, slots=slots)
+    agentrun = drain_sample("agentrun", n=n, slots=slots, writes=True)
+    pgqueuer = drain_sample("pgqueuer", n=n, slots=slots, writes=True)
     return [
         Figure(
             f"3.drain.{slots}.pgqueuer",
@@ -154,7 +197,7 @@ def drain_figures(*, n: int, slots: int) -> list[Figure]:
             "agentrun",
             agentrun,
             "pgqueuer",
-            drain_sample("pgqueuer", n=n, slots=slots),
+            pgqueuer,
             params=params,
             unit="items/s",
             goal=(">=", 1.0),
@@ -180,7 +223,104 @@ def drain_figures(*, n: int, slots: int) -> list[Figure]:
             unit="items/s",
             reference_kind="limit",
         ),
+        Figure(
+            f"3.drain.{slots}.writeset",
+            f"drain {n} items vs agentrun's write set in raw SQL",
+            "agentrun",
+            agentrun,
+            "raw-writeset",
+            drain_sample("writeset", n=n, slots=slots, writes=True),
+            params=params,
+            unit="items/s",
+            reference_kind="limit",
+            note="bench.writeset: the same rows and locks per intent, psycopg, 2 round trips",
+        ),
+        Figure(
+            f"3.drain.{slots}.writeset-steps",
+            f"drain {n} items vs agentrun's write set in raw SQL, a round trip per statement",
+            "agentrun",
+            agentrun,
+            "raw-writeset-steps",
+            drain_sample("writeset-steps", n=n, slots=slots),
+            params=params,
+            unit="items/s",
+            reference_kind="limit",
+            note="bench.writeset unpipelined: 7 round trips per batch (agentrun 8)",
+        ),
     ]
+
+
+def _outcome(outcomes: list[Outcome], key: str) -> Outcome | None:
+    return next((o for o in outcomes if o.figure.key == key and not o.error), None)
+
+
+def writeset_vs_peer(outcomes: list[Outcome], *, slots: int) -> list[Outcome]:
+    """raw-writeset / PgQueuer, from the repetitions already run (each pair drained in the
+    same A B C D E round): can agentrun's write set, with no Django at all, reach the
+    peer on this machine? No goal: it is the evidence for the goal of `.pgqueuer`."""
+    writeset = _outcome(outcomes, f"3.drain.{slots}.writeset")
+    peer = _outcome(outcomes, f"3.drain.{slots}.pgqueuer")
+    if writeset is None or peer is None:
+        return []
+    figure = Figure(
+        f"3.drain.{slots}.writeset-pgqueuer",
+        "agentrun's write set in raw SQL vs PgQueuer",
+        "raw-writeset",
+        writeset.figure.b,
+        "pgqueuer",
+        peer.figure.b,
+        params=writeset.figure.params,
+        unit="items/s",
+        reference_kind="peer",
+        note="derived from the .writeset and .pgqueuer repetitions, no extra drain",
+    )
+    ratios = [ratio_of(a, b, "rate") for a, b in zip(writeset.b, peer.b, strict=True)]
+    outcome = Outcome(figure, writeset.b, peer.b, ratios)
+    print(format_line(outcome), flush=True)
+    return [outcome]
+
+
+def write_notes(outcomes: list[Outcome]) -> list[str]:
+    """One note per side that counted its writes: the median per item of rows inserted,
+    updated (HOT), deleted, WAL records / bytes (full-page images) of the bench database,
+    and the worker processes' CPU (user + system, start-up excluded), over its
+    repetitions."""
+    sides: dict[str, list[dict[str, Any]]] = {}
+    for outcome in outcomes:
+        for name, samples in (
+            (outcome.figure.a_name, outcome.a),
+            (outcome.figure.b_name, outcome.b),
+        ):
+            if name in sides:
+                continue
+            counted = [s.extra["writes"] for s in samples if "writes" in s.extra]
+            if counted:
+                sides[name] = counted
+    notes = []
+    for name, counted in sides.items():
+        counted = [c for c in counted if "wal_bytes" in c]  # WAL read (see `wal_error`)
+        if not counted:
+            continue
+        med = {
+            key: statistics.median(c[key] for c in counted)
+            for key, value in counted[0].items()
+            if isinstance(value, int | float)
+        }
+        names = {name for c in counted for name in c.get("wal_by_table", {})}
+        tables = {
+            name: statistics.median(c.get("wal_by_table", {}).get(name, 0) for c in counted)
+            for name in names
+        }
+        ranked = sorted(tables.items(), key=lambda item: -item[1])
+        top = ", ".join(f"{name} {b:,.0f}" for name, b in ranked[:6])
+        notes.append(
+            f"{name} writes per item: {med['ins']:.2f} rows inserted, {med['upd']:.2f} updated"
+            f" ({med['hot']:.2f} HOT), {med['del']:.2f} deleted; WAL {med['wal_records']:.1f}"
+            f" records, {med['wal_bytes']:,.0f} bytes (of which full-page images"
+            f" {med['wal_fpi_bytes']:,.0f}); the workers' CPU {med['worker_cpu_ms']:.2f} ms;"
+            f" median of {len(counted)}; WAL bytes by table: {top}"
+        )
+    return notes
 
 
 def celery_figure(*, n: int, slots: int, reps: int) -> Any:

@@ -26,9 +26,8 @@ Each side's drain also counts, untimed, what it wrote per item: rows inserted, u
 (HOT) and deleted in the bench database, and WAL records and bytes of the bench
 database's relations (pg_walinspect), printed as the cell's notes.
 
-The issue asks for 20,000 items; at the rate agentrun drains here (about 100/s) one
-repetition of that would take over three minutes, so the full run drains 1,200 (the drain
-rate is flat in n: cell 10 checks that against a 10x history). Also: agentrun with the same
+The full run drains the issue's 20,000 items at N = 4 and 5,000 at N = 16 (the drain rate
+is flat in n: cell 10 checks that against a 10x history). Also: agentrun with the same
 intents spread over 8 unlimited profiles, to show what the per-profile fence costs.
 The ledger: every seeded item executed exactly once (from the workers' records), and for
 agentrun every intent `dispatched` with one runner job.

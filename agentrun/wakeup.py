@@ -10,9 +10,9 @@ anything it missed. So:
   since the batch it triggers takes everything due; and one is sent at most every
   `COALESCE_S` per waker and process, so a burst of commits is a few messages, not one per
   commit (each was an INSERT into the database broker, and with it a third of the append's
-  rate with the outbox on: bench cell 1); a task whose batch came back full queues its
-  own follow-up (`continue_burst`, not coalesced), so a burst keeps every batch that
-  started it going until the backlog is drained;
+  rate with the outbox on: bench cell 1); a task whose batch came back full runs its
+  follow-ups itself for a while (`dispatch.tasks`), then queues one (`continue_burst`, not
+  coalesced), so a burst keeps every batch that started it going until it is drained;
 - a broker error is logged, not raised (the work is committed already); the message is
   published without retries and expires after a minute (an old wake-up is worthless).
 Tasks are sent by name (`TaskName`) to the queue the route table gives them, so this module

@@ -6,6 +6,8 @@ per-run locks), so no leader is needed.
 
 from __future__ import annotations
 
+import time
+
 from celery import shared_task
 
 from agentrun import conf
@@ -18,13 +20,23 @@ from dispatch.services.reconcile import reconcile_runner_jobs
 from dispatch.wakeup import continue_dispatch
 from runs.services.reaper import reap_expired_leases
 
+# How long one dispatch task keeps running the follow-ups of its full batches in-process
+# before it hands the burst back to the broker (one `continue` message). A follow-up
+# through the broker was a publish, a delivery and an acknowledgement (a Redis
+# transaction in the worker's consumer thread) between two batches: the pool threads sat
+# idle for a third of a Celery drain (bench cell 3, py-spy). Bounded, so a task still
+# ends and its thread takes the queue's other messages at least this often.
+FOLLOW_UP_BUDGET_S = 1.0
+
 
 @shared_task(name=TaskName.DISPATCH_BATCH, ignore_result=True)
 def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
-    """Claim and dispatch one batch. `trigger` (`commit` or `beat`) is recorded in the
-    lease owner, and so in the `runner-dispatched` event, for operators (and tests). A
-    full batch queues its follow-up, so a burst drains without waiting for beat, with as
-    many batches in flight as began it.
+    """Claim and dispatch a batch, and the follow-ups of a full one. `trigger` (`commit`
+    or `beat`) is recorded in the lease owner, and so in the `runner-dispatched` event,
+    for operators (and tests). A full batch is followed by another (lease owner
+    `continue`), in this task while `FOLLOW_UP_BUDGET_S` lasts, then through the broker:
+    a burst drains without waiting for beat, with as many batches in flight as began it.
+    Returns the batches' counts, summed.
 
     A worker whose listener holds its LISTEN leaves a `commit` wake-up to it: the same
     commit's notification woke the listener, which drains until a batch comes back short,
@@ -34,9 +46,15 @@ def dispatch_batch_task(trigger: str = "beat") -> dict[str, int]:
     if trigger == "commit" and listening_on(DISPATCH_CHANNEL):
         return DispatchCounts().as_dict()
     counts = dispatch_batch(owner=lease_owner("dispatch", tag=trigger))
-    if counts.claimed >= conf.dispatch_batch_size():
-        continue_dispatch()
-    return counts.as_dict()
+    total = counts.as_dict()
+    deadline = time.monotonic() + FOLLOW_UP_BUDGET_S
+    while counts.claimed >= conf.dispatch_batch_size():
+        if time.monotonic() >= deadline:
+            continue_dispatch()  # the rest of the burst, through the broker
+            break
+        counts = dispatch_batch(owner=lease_owner("dispatch", tag="continue"))
+        total = {name: total[name] + value for name, value in counts.as_dict().items()}
+    return total
 
 
 @shared_task(name=TaskName.REAP_LEASES, ignore_result=True)

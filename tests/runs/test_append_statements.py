@@ -24,7 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from psycopg._connection_base import BaseConnection
 
 from runs import sql as runs_sql
-from runs.locks import APPEND_READS, lock_run_for_append
+from runs.locks import APPEND_READS, lock_run_for_append, lock_runs
 from runs.models import Event, Run
 from runs.services import event_log
 from runs.services.event_log import NewEvent, append_runner_events
@@ -98,6 +98,20 @@ def test_the_run_lock_reads_what_the_append_reads_and_the_rest_on_access() -> No
         with CaptureQueriesContext(connection) as captured:
             assert locked.execution_policy == run.execution_policy  # a deferred field
         assert len(captured) == 1
+
+
+def test_a_batch_settles_run_locks_read_what_an_append_reads() -> None:
+    first, second = claimed("s-batch-1"), claimed("s-batch-2")
+    with transaction.atomic():
+        locked = lock_runs([second.id, first.id])
+        assert list(locked) == sorted([first.id, second.id])  # id order
+        for run in locked.values():
+            assert run.get_deferred_fields() == {
+                field.attname
+                for field in Run._meta.concrete_fields
+                if field.name not in APPEND_READS
+            }
+        assert locked[first.id].session_id == "s-batch-1"
 
 
 def test_a_notify_that_fails_after_the_commit_is_logged_the_append_stands(

@@ -30,7 +30,11 @@ OPEN_INTENT_STATES = (IntentState.PENDING, IntentState.RETRY, IntentState.DISPAT
 
 
 class RunnerDispatchIntent(Leased, TextIdModel, Timestamped):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="dispatch_intents")
+    # No index of its own: `agentrun_rdi_run_state_idx` leads with run_id and serves the
+    # run's lookups and cascades (issue 18, migration 0005).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="dispatch_intents", db_index=False
+    )
     command = models.OneToOneField(
         Command, on_delete=models.CASCADE, related_name="dispatch_intent"
     )

@@ -252,7 +252,8 @@ class Command(TextIdModel, Timestamped, CancelMarked):
 
 
 class Event(TextIdModel):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: `agentrun_events_run_seq_key` leads with run_id (issue 18, 0011).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.IntegerField()
     type = models.TextField(choices=EventType.choices)
     payload = models.JSONField()
@@ -321,7 +322,10 @@ class Lease(models.Model):
 
 
 class RunnerJob(TextIdModel, Timestamped):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="runner_jobs")
+    # No index of its own: `agentrun_rjobs_run_cmd_idx` leads with run_id (issue 18, 0011).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="runner_jobs", db_index=False
+    )
     command = models.ForeignKey(Command, on_delete=models.CASCADE, related_name="runner_jobs")
     idempotency_key = models.TextField(null=True, blank=True)
     payload_hash = models.TextField()

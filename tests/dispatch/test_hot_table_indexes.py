@@ -1,0 +1,70 @@
+"""The indexes of the tables a dispatched intent writes, pinned (issue 18, cells 3 and 6).
+
+Every index of a table takes an entry per inserted row and per non-HOT row version, and a
+pinned snapshot (cell 6) keeps the dead ones. These tables carry no duplicate: no Django
+`text_pattern_ops` copy (`*_like`) of an id, and no single-column run_id index beside a
+composite one that leads with run_id (dispatch 0005, runs 0011, agentrun 0003). The run
+foreign keys keep an index led by run_id, for a run's lookups and its cascading delete."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+pytestmark = pytest.mark.django_db
+
+INDEXES = {
+    "agentrun_runner_dispatch_intents": {
+        "agentrun_runner_dispatch_intents_pkey": ["id"],
+        "agentrun_runner_dispatch_intents_command_id_key": ["command_id"],
+        "agentrun_rdi_due_open_idx": ["next_attempt_at", "created_at"],
+        "agentrun_rdi_run_state_idx": ["run_id", "state"],
+    },
+    "agentrun_runner_jobs": {
+        "agentrun_runner_jobs_pkey": ["id"],
+        "agentrun_rjobs_run_cmd_idx": ["run_id", "command_id", "created_at"],
+        "agentrun_runner_jobs_run_idempotency_key_idx": ["run_id", "idempotency_key"],
+        # The command foreign key's own index: nothing else leads with command_id.
+        "agentrun_runner_jobs_command_id_ff0a4848": ["command_id"],
+    },
+    "agentrun_events": {
+        "agentrun_events_pkey": ["id"],
+        "agentrun_events_run_seq_key": ["run_id", "seq"],
+    },
+    "agentrun_api_keys": {
+        "agentrun_api_keys_pkey": ["id"],
+        "agentrun_api_keys_key_digest_key": ["key_digest"],
+    },
+}
+
+
+def indexes(table: str) -> dict[str, list[str]]:
+    """Each index of `table` by name: its columns in key order."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indexrelid::regclass::text, array(SELECT a.attname"
+            "   FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+            "   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+            "   ORDER BY k.n)"
+            " FROM pg_index i WHERE i.indrelid = %s::regclass",
+            [table],
+        )
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.parametrize("table", INDEXES)
+def test_a_hot_table_has_no_duplicate_index(table: str) -> None:
+    assert indexes(table) == INDEXES[table]
+
+
+def test_the_run_foreign_keys_keep_an_index_led_by_run_id_and_their_cascade() -> None:
+    for table in ("agentrun_runner_dispatch_intents", "agentrun_runner_jobs", "agentrun_events"):
+        assert any(columns[0] == "run_id" for columns in indexes(table).values()), table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                " WHERE contype = 'f' AND conrelid = %s::regclass",
+                [table],
+            )
+            keys = [row[0] for row in cursor.fetchall()]
+        assert keys and all("ON DELETE CASCADE" in key for key in keys), (table, keys)

@@ -12,9 +12,6 @@ from typing import Any
 
 import dj_database_url
 
-# psycopg prepares a server-side bound statement after this many runs, or when asked.
-PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
-
 
 def default_database(
     *,
@@ -55,10 +52,6 @@ def default_database(
         # (agentrun/pooled_db says why); psycopg_pool's own test is the round trip.
         database["ENGINE"] = "agentrun.pooled_db"
         database["CONN_HEALTH_CHECKS"] = False
-    # Django's cursors bind client side and never prepare; this lets the few statements
-    # that ask (`agentrun.raw_sql.prepared_cursor`: long to plan, short to run) be prepared,
-    # and no other: Django sets no threshold (None), which psycopg reads as "never".
-    options["prepare_threshold"] = PREPARE_ONLY_WHEN_ASKED
     options["options"] = (
         f"-c statement_timeout={statement_timeout_ms} "
         f"-c idle_in_transaction_session_timeout={idle_in_transaction_timeout_ms}"

@@ -14,9 +14,6 @@ those modules do with the connection is the same, and is spelled here once.
   a statement to put in a data-modifying CTE, so that the writes of one step go in one
   round trip (`runs.sql.end_run`, `agentrun.row_inserts`); the values are prepared by the
   model fields, as the ORM's `save()` prepares them;
-- `prepared_cursor` is a cursor whose statements are bound server side and prepared on
-  the connection at first use, for a hot statement that is long to plan and short to run
-  (the dispatch claim: planning was ~70 % of its server time; bench cell 4, issue 18);
 - `read_models` reads whole rows of a model into instances (`Model.from_db`), the
   statement's text built once per model: a row lock or a read on a hot path costs a
   round trip, not ~1 ms of query compilation (issue 18). A lock's `FOR UPDATE` is spelled
@@ -26,15 +23,12 @@ those modules do with the connection is the same, and is spelled here once.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
-import psycopg
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model
 
 Params = Mapping[str, Any] | Sequence[Any]
@@ -53,42 +47,6 @@ def row_count(sql: str, params: Params) -> int:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
-
-
-class _PreparingCursor(psycopg.Cursor[Any]):
-    """Server-side binding, every statement prepared (Django's connections bind client
-    side, which never prepares, and set no `prepare_threshold`)."""
-
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        kwargs.setdefault("prepare", True)
-        return super().execute(query, params, **kwargs)
-
-    def _send_query_prepared(self, name: bytes, pgq: Any, **kwargs: Any) -> None:
-        # psycopg records the query only when it does not prepare it; Django's debug
-        # cursor logs that record (the statement-count tests read the log).
-        self._query = pgq
-        super()._send_query_prepared(name, pgq, **kwargs)
-
-
-@contextmanager
-def prepared_cursor() -> Iterator[CursorWrapper]:
-    """A cursor of the default connection, in its transaction, whose statements are bound
-    server side and prepared once per connection (psycopg keeps the prepared statements
-    by text and parameter types; a connection kept by the pool or a Celery worker plans
-    each such statement once). Wrapped as Django wraps its own cursors: statements are
-    logged (the statement-count tests see them) and errors translated. Parameters are
-    `%s` / `%(name)s`, typed by psycopg (a `str` goes as `unknown`: cast where the SQL
-    needs a type). For a statement whose text varies with its batch size, preparing is
-    pointless: use `connection.cursor()`."""
-    connection.ensure_connection()
-    raw: Any = _PreparingCursor(connection.connection)  # the stubs want a wrapper here
-    # Django's own choice of wrapper (`BaseDatabaseWrapper._prepare_cursor`).
-    logged = connection.queries_logged
-    wrapped = connection.make_debug_cursor(raw) if logged else connection.make_cursor(raw)
-    try:
-        yield wrapped
-    finally:
-        raw.close()
 
 
 def json_param(value: Any) -> str:

@@ -25,7 +25,6 @@ from django.utils import timezone
 from agentrun.auth import MintedKey
 from agentrun.errors import not_found
 from agentrun.models import ApiKeyRole
-from agentrun.raw_sql import prepared_cursor
 from dispatch.models import RunnerDispatchIntent
 
 # Why only `FOR UPDATE OF i`, not `OF r, c, i` as the seed: the run row is the hot lock of
@@ -137,9 +136,7 @@ def claim_due_intents_with_keys(
 
 
 def _fetch_dicts(sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    # Prepared: the claim's join is ~1 ms to plan and ~0.4 ms to run, and with client-side
-    # binding it was planned again on every claim (bench cell 4's pickup, issue 18).
-    with prepared_cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(sql, params)
         columns = [column.name for column in cursor.description or []]
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]

@@ -302,6 +302,11 @@ def wal_lsn() -> int:
         return int(lsn)
 
 
+def _close_service_connection(_state: Any) -> None:
+    """A service writer's end: its thread's Django connection."""
+    fixtures.close_django_connection()
+
+
 def sample(
     kind: str,
     *,
@@ -318,7 +323,7 @@ def sample(
         runs = fixtures.claimed_runs(RUNS)
         if kind == "service":
             prepare, step = service_side(runs, batch)
-            finish: Callable[..., Any] = lambda _state: fixtures.close_django_connection()  # noqa: E731
+            finish: Callable[..., Any] = _close_service_connection
         else:
             prepare, step, finish = raw_side(runs, batch, notify, outbox)
         wal_before = wal_lsn()

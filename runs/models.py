@@ -230,7 +230,8 @@ class Run(SessionReferenced, TextIdModel, Timestamped, CancelMarked):
 
 
 class Command(TextIdModel, Timestamped, CancelMarked):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="commands")
+    # No index of its own: `agentrun_commands_run_seq_key` leads with run_id (issue 18, 0012).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="commands", db_index=False)
     seq = models.IntegerField()
     type = models.TextField(choices=CommandType.choices)
     payload = models.JSONField()

@@ -3,8 +3,9 @@
 Every index of a table takes an entry per inserted row and per non-HOT row version, and a
 pinned snapshot (cell 6) keeps the dead ones. These tables carry no duplicate: no Django
 `text_pattern_ops` copy (`*_like`) of an id, and no single-column run_id index beside a
-composite one that leads with run_id (dispatch 0005, runs 0011, agentrun 0003). The run
-foreign keys keep an index led by run_id, for a run's lookups and its cascading delete."""
+composite one that leads with run_id (dispatch 0005, runs 0011 and 0012, agentrun 0003,
+sessions 0004, queues 0004). The run foreign keys keep an index led by run_id, for a run's
+lookups and its cascading delete."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ INDEXES = {
     "agentrun_events": {
         "agentrun_events_pkey": ["id"],
         "agentrun_events_run_seq_key": ["run_id", "seq"],
+    },
+    "agentrun_commands": {
+        "agentrun_commands_pkey": ["id"],
+        "agentrun_commands_run_seq_key": ["run_id", "seq"],
+        "agentrun_commands_run_idempotency_key_idx": ["run_id", "idempotency_key"],
     },
     "agentrun_api_keys": {
         "agentrun_api_keys_pkey": ["id"],
@@ -57,8 +63,33 @@ def test_a_hot_table_has_no_duplicate_index(table: str) -> None:
     assert indexes(table) == INDEXES[table]
 
 
+# Tables updated on the hot paths whose other indexes are the product's (run lists, queue
+# order, session control): only the `LIKE` copies are pinned away.
+NO_LIKE_COPY = (
+    "agentrun_runs",
+    "agentrun_sessions",
+    "agentrun_leases",
+    "agentrun_runners",
+    "agentrun_queue_tasks",
+    *INDEXES,
+)
+
+
+@pytest.mark.parametrize("table", NO_LIKE_COPY)
+def test_a_hot_table_has_no_like_copy_of_an_index(table: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index i"
+            " JOIN pg_opclass o ON o.oid = ANY (i.indclass::oid[])"
+            " WHERE i.indrelid = %s::regclass AND o.opcname LIKE '%%pattern_ops'",
+            [table],
+        )
+        assert cursor.fetchall() == []
+
+
 def test_the_run_foreign_keys_keep_an_index_led_by_run_id_and_their_cascade() -> None:
-    for table in ("agentrun_runner_dispatch_intents", "agentrun_runner_jobs", "agentrun_events"):
+    tables = ("agentrun_runner_dispatch_intents", "agentrun_runner_jobs", "agentrun_events")
+    for table in (*tables, "agentrun_commands"):
         assert any(columns[0] == "run_id" for columns in indexes(table).values()), table
         with connection.cursor() as cursor:
             cursor.execute(

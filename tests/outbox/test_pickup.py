@@ -15,6 +15,7 @@ from django.core.management import call_command
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from outbox.models import KafkaEventOutbox
+from outbox.record import _relay_waker as relay_waker
 from tests.outbox.builders import append_logs, claimed_run
 from tests.outbox.kafka_reader import KafkaReader, order_report
 from tests.outbox.processes import (
@@ -34,6 +35,20 @@ BEAT_TICK = b"Sending due task outbox-relay"
 def delivered(event_ids: set[str]) -> bool:
     records = KafkaEventOutbox.objects.filter(event_id__in=event_ids, delivered_at__isnull=False)
     return records.count() == len(event_ids)
+
+
+def quiesce(log: Path) -> None:
+    """Every wake-up this process queued is sent (its sender thread is one, in order), and
+    the worker has finished every task it received: a wake-up of an announced append still
+    queued or in flight would otherwise relay the unannounced records before beat does."""
+    if relay_waker._sender is not None:
+        relay_waker._sender[1].submit(lambda: None).result(timeout=10)
+
+    def idle() -> bool:
+        text = log.read_bytes()
+        return text.count(b"] received") == text.count(b"] succeeded")
+
+    wait(idle, 15, "the worker to finish the tasks it received")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -56,6 +71,7 @@ def test_a_commit_wakes_a_celery_worker_and_beat_relays_what_no_wake_up_announce
         assert log.read_bytes().count(BEAT_TICK) == 0  # no beat tick yet: wake-ups did it
 
         settings.AGENTRUN_KAFKA_OUTBOX_WAKE_ON_COMMIT = False
+        quiesce(log)  # no wake-up of the announced appends still on its way
         unannounced = {event.id for event in append_logs(run, 2, start=6)}
         wait(lambda: delivered(unannounced), 15, "beat to relay the unannounced records")
         assert log.read_bytes().count(BEAT_TICK) >= 1

@@ -137,24 +137,27 @@ def test_writers_of_one_session_key_draw_outbox_seqs_in_commit_order(outbox_topi
     so the relay can never deliver it before an earlier record that is not yet visible."""
     first, second = (claimed_run(session_id="sess-order") for _ in range(2))
     drawn = threading.Event()
-    committed_at: dict[str, float] = {}
+    at: dict[str, float] = {}
 
     def slow_writer() -> None:
         with transaction.atomic():
             append_logs_in_open_transaction(first, 1)
             drawn.set()
             time.sleep(0.5)
-        committed_at["first"] = time.monotonic()
+            # Taken before the COMMIT, not after it: a thread may be descheduled between
+            # its commit and its next line while the writer it released runs on.
+            at["first_commits"] = time.monotonic()
         connection.close()
 
     thread = threading.Thread(target=slow_writer)
     thread.start()
     assert drawn.wait(10)
     append_logs(second, 1)
-    committed_at["second"] = time.monotonic()
+    at["second_committed"] = time.monotonic()
     thread.join()
 
-    assert committed_at["second"] >= committed_at["first"]
+    # Without the key lock the second append would return during the first's sleep.
+    assert at["second_committed"] >= at["first_commits"]
     last = {
         run.id: KafkaEventOutbox.objects.filter(run=run).latest("outbox_seq").outbox_seq
         for run in (first, second)

@@ -129,12 +129,25 @@ def read_models(
     """`SELECT <every column> FROM <table> <tail>` (a `WHERE …`, an `ORDER BY`, a lock
     clause: the caller's text, never input), each row read into an instance. `deferred`
     fields are not read (left unloaded, read on access, as `QuerySet.defer` leaves them)."""
-    columns, names, converters = _select_shape(model, deferred)
-    # Column and table names come from the model; `tail` is the caller's own text.
-    sql = f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)} {tail}"  # noqa: S608
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(select_models_sql(model, tail, deferred=deferred), params)
         rows = cursor.fetchall()
+    return models_from_rows(model, rows, deferred=deferred)
+
+
+def select_models_sql(model: type[Model], tail: str, *, deferred: tuple[str, ...] = ()) -> str:
+    """`read_models`'s statement, for a caller that sends it with others in one round trip
+    (and reads its rows with `models_from_rows`)."""
+    columns = _select_shape(model, deferred)[0]
+    # Column and table names come from the model; `tail` is the caller's own text.
+    return f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)} {tail}"  # noqa: S608
+
+
+def models_from_rows(
+    model: type[M], rows: Iterable[Sequence[Any]], *, deferred: tuple[str, ...] = ()
+) -> list[M]:
+    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances."""
+    _, names, converters = _select_shape(model, deferred)
     found = []
     for row in rows:
         values = list(row)

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from agentrun.auth import IssuedKey, MintedKey, mint_key, runner_key_expires_at
+from agentrun.auth import mint_key, runner_key_expires_at
 from agentrun.errors import AgentRunError, not_found
-from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.models import ApiKeyRole
 from agentrun.redaction import redact_json
 from dispatch.intents import fence_open_intents_locked
 from dispatch.launchers.base import Launched
@@ -41,10 +41,15 @@ from dispatch.locks import (
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
 from dispatch.sql import DispatchedJob, record_dispatched_locked
-from runs.locks import lock_command, lock_commands, lock_run, lock_runs
+from runs.locks import LockedCommand, lock_command, lock_run, lock_runs_and_commands
 from runs.models import Command, Run
 from runs.phases import Phase
-from runs.services.event_log import NewEvent, RunEvents, append_events_to_runs_locked
+from runs.services.event_log import (
+    NewEvent,
+    RunEvents,
+    append_events_to_runs_locked,
+    commit_appends,
+)
 from runs.services.runners import RunnerJobSpec
 
 
@@ -132,9 +137,18 @@ def claim_intents(*, owner: str, lease_ms: int, limit: int) -> list[IntentClaim]
     return [IntentClaim.from_row(row) for row in rows]
 
 
+@dataclass(frozen=True)
+class RunnerKey:
+    """A claim's runner key as its launch needs it: the key row's id (to revoke it) and the
+    secret (never stored)."""
+
+    id: str
+    secret: str
+
+
 def claim_intents_with_keys(
     *, owner: str, lease_ms: int, limit: int
-) -> list[tuple[IntentClaim, IssuedKey]]:
+) -> list[tuple[IntentClaim, RunnerKey]]:
     """`claim_intents`, plus each claim's run-scoped runner key, written by the claim's
     own statement (`dispatch.locks.claim_due_intents_with_keys`). Why together: a launch
     needs both committed, and on the pickup path each round trip and each commit before the
@@ -142,36 +156,14 @@ def claim_intents_with_keys(
     the dispatcher, as one whose launch fails always was. Must be called outside a
     transaction: the statement commits on its own, before any launch."""
     minted = [mint_key(ApiKeyRole.RUNNER) for _ in range(max(1, min(limit, 500)))]
-    expires_at = runner_key_expires_at()
     rows = claim_due_intents_with_keys(
-        owner=owner, lease_ms=lease_ms, keys=minted, expires_at=expires_at
+        owner=owner, lease_ms=lease_ms, keys=minted, expires_at=runner_key_expires_at()
     )
-    by_id = {key.id: key for key in minted}
-    keyed = []
-    for row in rows:
-        claim = IntentClaim.from_row(row)
-        key = by_id[row["key_id"]]
-        keyed.append((claim, _issued_runner_key(claim, key, row["key_name"], expires_at)))
-    return keyed
-
-
-def _issued_runner_key(
-    claim: IntentClaim, minted: MintedKey, name: str, expires_at: datetime
-) -> IssuedKey:
-    """The key row the claim statement wrote, as `issue_api_keys` would have returned it
-    (its name as the statement spelled it)."""
-    api_key = ApiKey(
-        id=minted.id,
-        name=name,
-        tenant_id=claim.tenant_id,
-        role=ApiKeyRole.RUNNER,
-        run_id=claim.run_id,
-        key_prefix=minted.key_prefix,
-        key_digest=minted.key_digest,
-        expires_at=expires_at,
-    )
-    api_key._state.adding = False  # the row exists
-    return IssuedKey(api_key=api_key, secret=minted.secret)
+    secret_of = {key.id: key.secret for key in minted}
+    return [
+        (IntentClaim.from_row(row), RunnerKey(row["key_id"], secret_of[row["key_id"]]))
+        for row in rows
+    ]
 
 
 def lock_claim_locked(claim: IntentClaim) -> LockedClaim:
@@ -183,13 +175,15 @@ def lock_claim_locked(claim: IntentClaim) -> LockedClaim:
     return _checked_locked(claim, run, command, lock_intent(claim.id))
 
 
-def lock_claims_runs_locked(claims: list[IntentClaim]) -> list[tuple[Run, Command]]:
-    """The run and command locks of a batch of claims, in two statements: every run, then
-    every command, each in id order, so concurrent batches queue and never deadlock. The
-    intents' own lock is the settle's write (`dispatch.sql`, a compare-and-set on each
-    claim). Returns (run, command) per claim, in the given order."""
-    runs = lock_runs([claim.run_id for claim in claims])
-    commands = lock_commands([claim.command_id for claim in claims])
+def lock_claims_runs_locked(claims: list[IntentClaim]) -> list[tuple[Run, LockedCommand]]:
+    """The run and command locks of a batch of claims, in two statements sent in one round
+    trip (`runs.locks.lock_runs_and_commands`): every run, then every command, each in id
+    order, so concurrent batches queue and never deadlock. The intents' own lock is the
+    settle's write (`dispatch.sql`, a compare-and-set on each claim). Returns (run,
+    command state) per claim, in the given order."""
+    runs, commands = lock_runs_and_commands(
+        [claim.run_id for claim in claims], [claim.command_id for claim in claims]
+    )
     locked = []
     for claim in claims:
         run, command = runs[claim.run_id], commands[claim.command_id]
@@ -254,22 +248,25 @@ def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     ordered = sorted(completions, key=lambda c: (c.claim.run_id, c.claim.id))
     outcome = CompletionOutcome()
     with transaction.atomic(durable=True):
-        live: list[tuple[Completion, Run, Command]] = []
+        live: list[tuple[Completion, Run]] = []
         locks = lock_claims_runs_locked([item.claim for item in ordered])
-        for item, (run, command) in zip(ordered, locks, strict=True):
-            if run.is_terminal or command.is_terminal:  # fenced, as a single settle does
+        for item, (run, state) in zip(ordered, locks, strict=True):
+            if run.is_terminal or state.is_terminal:  # fenced, as a single settle does
+                command = lock_command(item.claim.command_id, run=run)  # held: read whole
                 locked = _checked_locked(item.claim, run, command, lock_intent(item.claim.id))
                 outcome.refused.append((item, locked.error(item.claim)))
             else:
-                live.append((item, run, command))
-        outcome.completed = _complete_locked([(item, run) for item, run, _ in live])
+                live.append((item, run))
+        outcome.completed = _complete_locked(live)
         written = {intent.id for intent in outcome.completed}
-        for item, run, command in live:
+        for item, _ in live:
             if item.claim.id not in written:  # re-claimed or settled meanwhile: stale
                 intent = lock_intent(item.claim.id)
                 refusal = _held_elsewhere(item.claim, intent) or "the intent was not written"
-                stale = LockedClaim(run, command, intent, refusal=refusal)
-                outcome.refused.append((item, stale.error(item.claim)))
+                outcome.refused.append(
+                    (item, StaleClaimError(item.claim, reason=refusal, state=intent.state))
+                )
+        commit_appends()  # the last statement: the COMMIT and the NOTIFY in one round trip
     return outcome
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from django.db import transaction
@@ -40,7 +41,7 @@ from dispatch.locks import (
 )
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
-from dispatch.sql import DispatchedJob, record_dispatched_locked
+from dispatch.sql import DispatchedJob, Settled, record_dispatched_locked
 from runs.locks import LockedCommand, lock_command, lock_run, lock_runs_and_commands
 from runs.models import Command, Run
 from runs.phases import Phase
@@ -230,8 +231,17 @@ class Completion:
 
 @dataclass
 class CompletionOutcome:
-    completed: list[RunnerDispatchIntent] = field(default_factory=list)
+    settled: Settled | None = None  # the intents written (dispatched)
     refused: list[tuple[Completion, StaleClaimError]] = field(default_factory=list)
+
+    @property
+    def dispatched(self) -> int:
+        return len(self.settled.rows) if self.settled else 0
+
+    @cached_property
+    def completed(self) -> list[RunnerDispatchIntent]:
+        """The dispatched intents, as written (read into models on first access)."""
+        return self.settled.intents() if self.settled else []
 
 
 def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
@@ -257,8 +267,8 @@ def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
                 outcome.refused.append((item, locked.error(item.claim)))
             else:
                 live.append((item, run))
-        outcome.completed = _complete_locked(live)
-        written = {intent.id for intent in outcome.completed}
+        outcome.settled = _complete_locked(live)
+        written = outcome.settled.ids if outcome.settled else set()
         for item, _ in live:
             if item.claim.id not in written:  # re-claimed or settled meanwhile: stale
                 intent = lock_intent(item.claim.id)
@@ -278,15 +288,15 @@ def complete_intent(*, claim: IntentClaim, launched: Launched) -> RunnerDispatch
     return outcome.completed[0]
 
 
-def _complete_locked(live: list[tuple[Completion, Run]]) -> list[RunnerDispatchIntent]:
+def _complete_locked(live: list[tuple[Completion, Run]]) -> Settled | None:
     """Save the runner jobs and mark the intents dispatched where the claims still hold
     them (one statement, `dispatch.sql`), record it (one multi-run append). Needs the
     run and command locks. Returns the intents written."""
     if not live:
-        return []
+        return None
     jobs = [_dispatched_job(item.claim, item.launched) for item, _ in live]
     written = record_dispatched_locked(jobs, now=timezone.now())
-    held = {intent.id for intent in written}
+    held = written.ids
     events: dict[str, RunEvents] = {}
     for (item, run), job in zip(live, jobs, strict=True):
         if item.claim.id in held:

@@ -132,7 +132,7 @@ def _dispatch(
     if not launched:
         return
     outcome = complete_intents(completions=launched)
-    counts.dispatched += len(outcome.completed)
+    counts.dispatched += outcome.dispatched
     for refused, error in outcome.refused:
         counts.fenced += 1
         logger.info("dispatch: %s; aborting %s", error.message, refused.launched.job_name)

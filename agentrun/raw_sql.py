@@ -6,6 +6,7 @@ those modules do with the connection is the same, and is spelled here once.
 
 - `fetch_rows` runs a statement and returns every row it gave back (a `SELECT` or an
   `INSERT`/`UPDATE … RETURNING`);
+- `fetch_row_sets` runs several statements in one round trip and returns each one's rows;
 - `row_count` runs a statement and returns how many rows it changed;
 - `json_param` is the spelling of a batch bound as one JSON text: the connection binds
   parameters client side, and quoting one string costs less than quoting thousands of
@@ -40,6 +41,21 @@ def fetch_rows(sql: str, params: Params) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
+
+
+def fetch_row_sets(statements: Sequence[tuple[str, Params]]) -> list[list[tuple[Any, ...]]]:
+    """Run several statements in one round trip; every row each returned, in order. Each
+    is bound client side (`mogrify`, as every statement here is) and they are sent as one
+    simple-query string: PostgreSQL runs them in order, in the caller's transaction, each
+    with its own snapshot as if sent one by one, and stops at the first that fails (the
+    error is raised). Every statement must return rows (a `SELECT`, a `RETURNING`)."""
+    with connection.cursor() as cursor:
+        cursor.execute(";\n".join(cursor.mogrify(sql, params) for sql, params in statements))
+        found = [list(cursor.fetchall())]
+        while cursor.nextset():
+            found.append(list(cursor.fetchall()))
+    assert len(found) == len(statements), "one row set per statement"
+    return found
 
 
 def row_count(sql: str, params: Params) -> int:

@@ -9,12 +9,18 @@ change columns that other writers read under the same lock, and the seed takes p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from django.db import connection
+from typing import Any
 
 from agentrun.errors import not_found
-from agentrun.raw_sql import models_from_rows, read_models, select_models_sql
+from agentrun.raw_sql import (
+    Params,
+    fetch_row_sets,
+    models_from_rows,
+    read_models,
+    select_models_sql,
+)
 from runs.control_models import Approval, ApprovalState
 from runs.models import TERMINAL_COMMAND_STATES, Command, Run, RunnerJob
 from runs.sql import text_array
@@ -176,28 +182,38 @@ _LOCK_COMMAND_STATES_SQL = (
 )
 
 
+@dataclass(frozen=True)
+class LockedRunsAndCommands:
+    runs: dict[str, Run]
+    commands: dict[str, LockedCommand]
+    then: list[list[tuple[Any, ...]]]  # the rows of each of the caller's `then` statements
+
+
 def lock_runs_and_commands(
-    run_ids: list[str], command_ids: list[str]
-) -> tuple[dict[str, Run], dict[str, LockedCommand]]:
-    """`lock_runs`, then the commands' locks as `lock_commands` takes them, in one round
-    trip: the two statements go in one simple-query string, which PostgreSQL runs in order,
-    so every run is locked before the first command, as with two round trips. For batch
-    settles (`dispatch.services.claims`), which read a command's state, nothing else: the
-    commands are not read into models (their timestamps' decoding and `from_db` were a
-    tenth of a dispatch batch's Python CPU; bench cell 3, issue 18). 404 if a run or a
-    command does not exist; the caller checks that each command belongs to its run. The
-    ids are bound as array literals (one quoted string each, as `runs.sql.insert_events`).
-    """
+    run_ids: list[str], command_ids: list[str], *, then: Sequence[tuple[str, Params]] = ()
+) -> LockedRunsAndCommands:
+    """`lock_runs`, then the commands' locks as `lock_commands` takes them, then the
+    caller's `then` statements (which may rely on every lock), in one round trip: the
+    statements go in one simple-query string (`agentrun.raw_sql.fetch_row_sets`), which
+    PostgreSQL runs in order, so every run is locked before the first command and both
+    before `then`, as with a round trip each. For batch settles
+    (`dispatch.services.claims`), which read a command's state, nothing else: the commands
+    are not read into models (their timestamps' decoding and `from_db` were a tenth of a
+    dispatch batch's Python CPU; bench cell 3, issue 18). 404 if a run or a command does
+    not exist (raised after `then` ran: the caller's transaction rolls it back); the
+    caller checks that each command belongs to its run. The ids are bound as array
+    literals (one quoted string each, as `runs.sql.insert_events`)."""
     wanted_runs, wanted_commands = sorted(set(run_ids)), sorted(set(command_ids))
-    runs_sql = select_models_sql(Run, _LOCK_RUNS_TAIL, deferred=_APPEND_DEFERRED)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"{runs_sql};\n{_LOCK_COMMAND_STATES_SQL}",
-            [text_array(wanted_runs), text_array(wanted_commands)],
-        )
-        run_rows = cursor.fetchall()
-        cursor.nextset()
-        command_rows = cursor.fetchall()
+    run_rows, command_rows, *after = fetch_row_sets(
+        [
+            (
+                select_models_sql(Run, _LOCK_RUNS_TAIL, deferred=_APPEND_DEFERRED),
+                [text_array(wanted_runs)],
+            ),
+            (_LOCK_COMMAND_STATES_SQL, [text_array(wanted_commands)]),
+            *then,
+        ]
+    )
     locked = models_from_rows(Run, run_rows, deferred=_APPEND_DEFERRED)
     runs = {run.id: run for run in locked}
     commands = {row[0]: LockedCommand(*row) for row in command_rows}
@@ -207,7 +223,7 @@ def lock_runs_and_commands(
     for command_id in wanted_commands:
         if command_id not in commands:
             raise not_found("command", command_id)
-    return runs, commands
+    return LockedRunsAndCommands(runs, commands, after)
 
 
 def lock_run_of_command(command_id: str) -> Run:

@@ -41,8 +41,8 @@ from dispatch.locks import (
 )
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
-from dispatch.sql import DispatchedJob, Settled, record_dispatched_locked
-from runs.locks import LockedCommand, lock_command, lock_run, lock_runs_and_commands
+from dispatch.sql import DispatchedJob, Settled, record_dispatched_statement
+from runs.locks import lock_command, lock_run, lock_runs_and_commands
 from runs.models import Command, Run
 from runs.phases import Phase
 from runs.services.event_log import (
@@ -176,24 +176,6 @@ def lock_claim_locked(claim: IntentClaim) -> LockedClaim:
     return _checked_locked(claim, run, command, lock_intent(claim.id))
 
 
-def lock_claims_runs_locked(claims: list[IntentClaim]) -> list[tuple[Run, LockedCommand]]:
-    """The run and command locks of a batch of claims, in two statements sent in one round
-    trip (`runs.locks.lock_runs_and_commands`): every run, then every command, each in id
-    order, so concurrent batches queue and never deadlock. The intents' own lock is the
-    settle's write (`dispatch.sql`, a compare-and-set on each claim). Returns (run,
-    command state) per claim, in the given order."""
-    runs, commands = lock_runs_and_commands(
-        [claim.run_id for claim in claims], [claim.command_id for claim in claims]
-    )
-    locked = []
-    for claim in claims:
-        run, command = runs[claim.run_id], commands[claim.command_id]
-        if command.run_id != run.id:
-            raise not_found("command", claim.command_id)
-        locked.append((run, command))
-    return locked
-
-
 def _checked_locked(
     claim: IntentClaim, run: Run, command: Command, intent: RunnerDispatchIntent
 ) -> LockedClaim:
@@ -247,35 +229,47 @@ class CompletionOutcome:
 def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     """Record launched jobs and mark their intents `dispatched`, in ONE transaction.
 
-    Locks every run, then every command (`lock_claims_runs_locked`). For each claim whose
-    run and command are live: saves the runner job (idempotent on the intent's planned
-    runner job id) and sets the outcome, if the intent is still the claim's (the write's
-    compare-and-set), and appends `backend_status {phase: runner-dispatched}` — all of the
-    batch in set-based statements, so a batch costs the same statements whatever its size.
-    Refused claims (stale or fenced) change nothing but a fence and are returned with
-    their error; only they read their intent (locked, to say why).
+    Locks every run, then every command, each in id order (so concurrent batches queue and
+    never deadlock), and in the same round trip saves the runner jobs (idempotent on each
+    intent's planned runner job id) and sets the outcome of each intent that is still the
+    claim's (the write's compare-and-set, which is the intents' lock) and whose run and
+    command have not ended (`dispatch.sql`, `runs.locks.lock_runs_and_commands`); then
+    appends `backend_status {phase: runner-dispatched}` to each written intent's run — all
+    of the batch in set-based statements, so a batch costs the same statements whatever
+    its size. Refused claims (fenced: run or command ended; stale: re-claimed or settled)
+    change nothing but a fence and are returned with their error; only they read their
+    intent (locked, to say why).
     """
     ordered = sorted(completions, key=lambda c: (c.claim.run_id, c.claim.id))
+    jobs = [_dispatched_job(item.claim, item.launched) for item in ordered]
     outcome = CompletionOutcome()
     with transaction.atomic(durable=True):
-        live: list[tuple[Completion, Run]] = []
-        locks = lock_claims_runs_locked([item.claim for item in ordered])
-        for item, (run, state) in zip(ordered, locks, strict=True):
-            if run.is_terminal or state.is_terminal:  # fenced, as a single settle does
+        now = timezone.now()
+        locked = lock_runs_and_commands(
+            [item.claim.run_id for item in ordered],
+            [item.claim.command_id for item in ordered],
+            then=[record_dispatched_statement(jobs, now=now)],
+        )
+        outcome.settled = Settled(locked.then[0], now)
+        written = outcome.settled.ids
+        events: dict[str, RunEvents] = {}
+        for item, job in zip(ordered, jobs, strict=True):
+            run, state = locked.runs[item.claim.run_id], locked.commands[item.claim.command_id]
+            if state.run_id != run.id:
+                raise not_found("command", item.claim.command_id)
+            if item.claim.id in written:
+                entry = events.setdefault(run.id, RunEvents(run, []))
+                entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.id)))
+            elif run.is_terminal or state.is_terminal:  # fenced, as a single settle does
                 command = lock_command(item.claim.command_id, run=run)  # held: read whole
-                locked = _checked_locked(item.claim, run, command, lock_intent(item.claim.id))
-                outcome.refused.append((item, locked.error(item.claim)))
-            else:
-                live.append((item, run))
-        outcome.settled = _complete_locked(live)
-        written = outcome.settled.ids if outcome.settled else set()
-        for item, _ in live:
-            if item.claim.id not in written:  # re-claimed or settled meanwhile: stale
+                fenced = _checked_locked(item.claim, run, command, lock_intent(item.claim.id))
+                outcome.refused.append((item, fenced.error(item.claim)))
+            else:  # re-claimed or settled meanwhile: stale
                 intent = lock_intent(item.claim.id)
                 refusal = _held_elsewhere(item.claim, intent) or "the intent was not written"
-                outcome.refused.append(
-                    (item, StaleClaimError(item.claim, reason=refusal, state=intent.state))
-                )
+                error = StaleClaimError(item.claim, reason=refusal, state=intent.state)
+                outcome.refused.append((item, error))
+        append_events_to_runs_locked(batches=list(events.values()))
         commit_appends()  # the last statement: the COMMIT and the NOTIFY in one round trip
     return outcome
 
@@ -286,24 +280,6 @@ def complete_intent(*, claim: IntentClaim, launched: Launched) -> RunnerDispatch
     if outcome.refused:
         raise outcome.refused[0][1]
     return outcome.completed[0]
-
-
-def _complete_locked(live: list[tuple[Completion, Run]]) -> Settled | None:
-    """Save the runner jobs and mark the intents dispatched where the claims still hold
-    them (one statement, `dispatch.sql`), record it (one multi-run append). Needs the
-    run and command locks. Returns the intents written."""
-    if not live:
-        return None
-    jobs = [_dispatched_job(item.claim, item.launched) for item, _ in live]
-    written = record_dispatched_locked(jobs, now=timezone.now())
-    held = written.ids
-    events: dict[str, RunEvents] = {}
-    for (item, run), job in zip(live, jobs, strict=True):
-        if item.claim.id in held:
-            entry = events.setdefault(run.id, RunEvents(run, []))
-            entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.id)))
-    append_events_to_runs_locked(batches=list(events.values()))
-    return written
 
 
 def _dispatched_payload(item: Completion, runner_job_id: str) -> dict[str, Any]:

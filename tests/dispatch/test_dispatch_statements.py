@@ -56,18 +56,25 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     ):
         outcome = complete_intents(completions=completions)
     assert len(outcome.completed) == size
-    # Four round trips: BEGIN; the locks (every run, then every command: two statements
-    # in one string, `runs.locks.lock_runs_and_commands`); the jobs + intents write
-    # (`dispatch.sql`: the intents' lock is its compare-and-set, no SELECT of their own
-    # since issue 18); the events' append (no webhook endpoint here, so no delivery
-    # INSERT); the COMMIT and, after it, the runs' NOTIFY in one string
+    # Four round trips: BEGIN; the locks (every run, then every command) and after them
+    # the jobs + intents write (`dispatch.sql`: the intents' lock is its compare-and-set,
+    # no SELECT of their own since issue 18), three statements in one string
+    # (`runs.locks.lock_runs_and_commands`); the events' append (no webhook endpoint here,
+    # so no delivery INSERT); the COMMIT and, after it, the runs' NOTIFY in one string
     # (`runs.services.event_log.commit_appends`). Then Django logs its own COMMIT, which
-    # psycopg does not send. Until issue 18's seventh round the locks were two round trips
-    # and the NOTIFY a round trip after the COMMIT.
+    # psycopg does not send. Until issue 18's seventh round they were seven: the locks
+    # and the write a round trip each, the NOTIFY one after the COMMIT.
     sqls = [query["sql"] for query in settle.captured_queries]
-    assert _statements(settle) == ["BEGIN", "SELECT", "WITH", "WITH", "COMMIT;", "COMMIT"], sqls
-    assert 'FROM "agentrun_runs"' in sqls[1] and "FROM agentrun_commands" in sqls[1]
-    assert sqls[4].startswith("COMMIT;\n") and "pg_notify" in sqls[4]
+    assert _statements(settle) == ["BEGIN", "SELECT", "WITH", "COMMIT;", "COMMIT"], sqls
+    locks = sqls[1].split(";\n")
+    assert len(locks) == 3, locks
+    assert locks[0].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[0]
+    assert locks[1].startswith("SELECT") and "FROM agentrun_commands" in locks[1]
+    assert (
+        locks[2].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[2]
+    )
+    assert sqls[2].startswith("WITH base")  # the events' append
+    assert sqls[3].startswith("COMMIT;\n") and "pg_notify" in sqls[3]
     assert sent == [b"BEGIN"]  # psycopg sent no COMMIT of its own
     assert RunnerJob.objects.count() == size
     dispatched = RunnerDispatchIntent.objects.filter(state="dispatched")

@@ -164,12 +164,12 @@ def models_from_rows(
 ) -> list[M]:
     """The rows of `select_models_sql(model, …, deferred=deferred)` as instances."""
     _, names, converters = _select_shape(model, deferred)
-    found = []
+    alias, found = connection.alias, []
     for row in rows:
         values = list(row)
         for index, convert in converters:
             values[index] = convert(values[index], None, connection)
-        found.append(model.from_db(connection.alias, names, values))
+        found.append(model.from_db(alias, names, values))
     return found
 
 

@@ -6,6 +6,7 @@ those modules do with the connection is the same, and is spelled here once.
 
 - `fetch_rows` runs a statement and returns every row it gave back (a `SELECT` or an
   `INSERT`/`UPDATE … RETURNING`);
+- `fetch_row_sets` runs several statements in one round trip and returns each one's rows;
 - `row_count` runs a statement and returns how many rows it changed;
 - `json_param` is the spelling of a batch bound as one JSON text: the connection binds
   parameters client side, and quoting one string costs less than quoting thousands of
@@ -40,6 +41,21 @@ def fetch_rows(sql: str, params: Params) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
+
+
+def fetch_row_sets(statements: Sequence[tuple[str, Params]]) -> list[list[tuple[Any, ...]]]:
+    """Run several statements in one round trip; every row each returned, in order. Each
+    is bound client side (`mogrify`, as every statement here is) and they are sent as one
+    simple-query string: PostgreSQL runs them in order, in the caller's transaction, each
+    with its own snapshot as if sent one by one, and stops at the first that fails (the
+    error is raised). Every statement must return rows (a `SELECT`, a `RETURNING`)."""
+    with connection.cursor() as cursor:
+        cursor.execute(";\n".join(cursor.mogrify(sql, params) for sql, params in statements))
+        found = [list(cursor.fetchall())]
+        while cursor.nextset():
+            found.append(list(cursor.fetchall()))
+    assert len(found) == len(statements), "one row set per statement"
+    return found
 
 
 def row_count(sql: str, params: Params) -> int:
@@ -129,18 +145,31 @@ def read_models(
     """`SELECT <every column> FROM <table> <tail>` (a `WHERE …`, an `ORDER BY`, a lock
     clause: the caller's text, never input), each row read into an instance. `deferred`
     fields are not read (left unloaded, read on access, as `QuerySet.defer` leaves them)."""
-    columns, names, converters = _select_shape(model, deferred)
-    # Column and table names come from the model; `tail` is the caller's own text.
-    sql = f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)} {tail}"  # noqa: S608
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(select_models_sql(model, tail, deferred=deferred), params)
         rows = cursor.fetchall()
-    found = []
+    return models_from_rows(model, rows, deferred=deferred)
+
+
+def select_models_sql(model: type[Model], tail: str, *, deferred: tuple[str, ...] = ()) -> str:
+    """`read_models`'s statement, for a caller that sends it with others in one round trip
+    (and reads its rows with `models_from_rows`)."""
+    columns = _select_shape(model, deferred)[0]
+    # Column and table names come from the model; `tail` is the caller's own text.
+    return f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)} {tail}"  # noqa: S608
+
+
+def models_from_rows(
+    model: type[M], rows: Iterable[Sequence[Any]], *, deferred: tuple[str, ...] = ()
+) -> list[M]:
+    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances."""
+    _, names, converters = _select_shape(model, deferred)
+    alias, found = connection.alias, []
     for row in rows:
         values = list(row)
         for index, convert in converters:
             values[index] = convert(values[index], None, connection)
-        found.append(model.from_db(connection.alias, names, values))
+        found.append(model.from_db(alias, names, values))
     return found
 
 

@@ -1,10 +1,14 @@
 """The dispatch app's raw SQL that takes no explicit lock: a batch completion's write.
 
-`record_dispatched_locked` is the write of `claims.complete_intents`: one statement saves
-the batch's runner jobs and marks its intents `dispatched`, each intent pointing at the
-job saved under its planned id. Before it was three ORM statements (a read of replays, a
-`bulk_create` of `RunnerJob` instances, an UPDATE with three correlated subqueries) and
-about a third of a batch's Python CPU (bench cell 3's profile; issue 18 item 1).
+`record_dispatched_statement` is the write of `claims.complete_intents`: one statement
+saves the batch's runner jobs and marks its intents `dispatched`, each intent pointing at
+the job saved under its planned id. It is sent in the round trip of the run and command
+locks (`runs.locks.lock_runs_and_commands`), after them; so it checks itself that each
+intent's run and command have not ended, which the caller checked in Python before it
+had the locks' rows (issue 18's seventh round: a round trip less per batch). Before it
+was three ORM statements (a read of replays, a `bulk_create` of `RunnerJob` instances, an
+UPDATE with three correlated subqueries) and about a third of a batch's Python CPU (bench
+cell 3's profile; issue 18 item 1).
 
 Why raw SQL: the ORM cannot say a data-modifying CTE, so the INSERT and the UPDATE would
 be two round trips, and building model instances for rows nothing reads again was most
@@ -35,6 +39,7 @@ from typing import Any
 from django.db import connection
 
 from dispatch.models import RunnerDispatchIntent
+from runs.models import TERMINAL_COMMAND_STATES, TERMINAL_RUN_STATUSES
 
 # The fields of a settled intent that its caller sees (`RunnerDispatchIntent.from_db`; the
 # others are left deferred): what the write set, and the claim's own ids. In the model's
@@ -46,7 +51,15 @@ _SETTLED = {
 }  # fmt: skip
 _SETTLED_FIELDS = [f for f in RunnerDispatchIntent._meta.concrete_fields if f.attname in _SETTLED]
 SETTLED_NAMES = [field.attname for field in _SETTLED_FIELDS]
-_RETURNING = ", ".join(f"i.{field.column}" for field in _SETTLED_FIELDS)
+# Of those, the timestamps are what the statement set them to (`now`, or NULL): they are
+# not returned, as decoding them was a tenth of the write's Python CPU (bench cell 3).
+_SET_TIMES = ("lease_expires_at", "dispatched_at", "updated_at")
+_RETURNED = [field for field in _SETTLED_FIELDS if field.attname not in _SET_TIMES]
+_RETURNED_NAMES = [field.attname for field in _RETURNED]
+_RETURNING = ", ".join(f"i.{field.column}" for field in _RETURNED)
+
+_TERMINAL_RUN = ", ".join(f"'{status}'" for status in sorted(TERMINAL_RUN_STATUSES))
+_TERMINAL_COMMAND = ", ".join(f"'{state}'" for state in sorted(TERMINAL_COMMAND_STATES))
 
 _RECORD_DISPATCHED_SQL = f"""\
 WITH j AS MATERIALIZED (
@@ -62,11 +75,16 @@ settled AS (
       actual_runner_job_id = j.id, active_runner_id = j.runner_id, updated_at = %(now)s,
       -- the claim's lease ends with the dispatch
       lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
-  FROM j
+  FROM j, agentrun_runs r, agentrun_commands c
   -- The claim's fence, as a compare-and-set on its token: an intent re-claimed or settled
   -- meanwhile is not written (the caller reads it to say why).
   WHERE i.id = j.intent_id AND i.state = 'dispatching'
     AND i.lease_owner = j.lease_owner AND i.attempt_count = j.attempt_count
+  -- ... and the run's and the command's: neither ended. Their rows are locked by the
+  -- caller (before this statement, in its round trip), so they are as the caller read
+  -- them; it fences the intents of those that ended (`claims.complete_intents`).
+    AND r.id = i.run_id AND r.status NOT IN ({_TERMINAL_RUN})
+    AND c.id = i.command_id AND c.state NOT IN ({_TERMINAL_COMMAND})
   RETURNING {_RETURNING}
 ),
 jobs AS (
@@ -105,18 +123,44 @@ class DispatchedJob:
         return {**self.columns, **fields}
 
 
-def record_dispatched_locked(
+@dataclass(frozen=True)
+class Settled:
+    """The intents `record_dispatched_statement` wrote: their ids, and on demand the intents
+    as the write left them (`intents()`, the `SETTLED_NAMES` loaded). Not read into models
+    unless asked: a batch's dispatcher needs only how many, and `from_db` of every written
+    intent was a twentieth of a dispatch batch's Python CPU (bench cell 3, issue 18)."""
+
+    rows: list[tuple[Any, ...]]
+    now: datetime
+
+    @property
+    def ids(self) -> set[str]:
+        return {row[_ID] for row in self.rows}
+
+    def intents(self) -> list[RunnerDispatchIntent]:
+        times = {"lease_expires_at": None, "dispatched_at": self.now, "updated_at": self.now}
+        settled = []
+        for row in self.rows:
+            values = {**dict(zip(_RETURNED_NAMES, row, strict=True)), **times}
+            settled.append(
+                RunnerDispatchIntent.from_db(
+                    connection.alias, SETTLED_NAMES, [values[name] for name in SETTLED_NAMES]
+                )
+            )
+        return settled
+
+
+_ID = _RETURNED_NAMES.index("id")
+
+
+def record_dispatched_statement(
     jobs: list[DispatchedJob], *, now: datetime
-) -> list[RunnerDispatchIntent]:
-    """Save the jobs and mark their intents dispatched, in one statement, for the intents
-    still held by their claim (state, owner, attempt); returns those, as written (the
-    `SETTLED_NAMES` loaded). Needs the caller's transaction and the run and command locks
-    of every intent."""
-    assert connection.in_atomic_block, "record_dispatched_locked needs an open transaction"
-    rows = json.dumps([job.row() for job in jobs])
-    with connection.cursor() as cursor:
-        cursor.execute(_RECORD_DISPATCHED_SQL, {"rows": rows, "now": now})
-        written = cursor.fetchall()
-    return [
-        RunnerDispatchIntent.from_db(connection.alias, SETTLED_NAMES, list(row)) for row in written
-    ]
+) -> tuple[str, dict[str, Any]]:
+    """The statement that saves the jobs and marks their intents dispatched, for the
+    intents still held by their claim (state, owner, attempt) whose run and command have
+    not ended, and its parameters; its rows are the intents it wrote (`Settled`). The
+    caller sends it in its locks' round trip (`runs.locks.lock_runs_and_commands`): it
+    needs the caller's transaction and, before it, the run and command locks of every
+    intent."""
+    assert connection.in_atomic_block, "record_dispatched_statement needs an open transaction"
+    return _RECORD_DISPATCHED_SQL, {"rows": json.dumps([job.row() for job in jobs]), "now": now}

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from agentrun.auth import IssuedKey, MintedKey, mint_key, runner_key_expires_at
+from agentrun.auth import mint_key, runner_key_expires_at
 from agentrun.errors import AgentRunError, not_found
-from agentrun.models import ApiKey, ApiKeyRole
+from agentrun.models import ApiKeyRole
 from agentrun.redaction import redact_json
 from dispatch.intents import fence_open_intents_locked
 from dispatch.launchers.base import Launched
@@ -40,11 +41,16 @@ from dispatch.locks import (
 )
 from dispatch.models import IntentState, RunnerDispatchIntent
 from dispatch.selectors import capacity_limit
-from dispatch.sql import DispatchedJob, record_dispatched_locked
-from runs.locks import lock_command, lock_commands, lock_run, lock_runs
+from dispatch.sql import DispatchedJob, Settled, record_dispatched_statement
+from runs.locks import lock_command, lock_run, lock_runs_and_commands
 from runs.models import Command, Run
 from runs.phases import Phase
-from runs.services.event_log import NewEvent, RunEvents, append_events_to_runs_locked
+from runs.services.event_log import (
+    NewEvent,
+    RunEvents,
+    append_events_to_runs_locked,
+    commit_appends,
+)
 from runs.services.runners import RunnerJobSpec
 
 
@@ -132,9 +138,18 @@ def claim_intents(*, owner: str, lease_ms: int, limit: int) -> list[IntentClaim]
     return [IntentClaim.from_row(row) for row in rows]
 
 
+@dataclass(frozen=True)
+class RunnerKey:
+    """A claim's runner key as its launch needs it: the key row's id (to revoke it) and the
+    secret (never stored)."""
+
+    id: str
+    secret: str
+
+
 def claim_intents_with_keys(
     *, owner: str, lease_ms: int, limit: int
-) -> list[tuple[IntentClaim, IssuedKey]]:
+) -> list[tuple[IntentClaim, RunnerKey]]:
     """`claim_intents`, plus each claim's run-scoped runner key, written by the claim's
     own statement (`dispatch.locks.claim_due_intents_with_keys`). Why together: a launch
     needs both committed, and on the pickup path each round trip and each commit before the
@@ -142,36 +157,14 @@ def claim_intents_with_keys(
     the dispatcher, as one whose launch fails always was. Must be called outside a
     transaction: the statement commits on its own, before any launch."""
     minted = [mint_key(ApiKeyRole.RUNNER) for _ in range(max(1, min(limit, 500)))]
-    expires_at = runner_key_expires_at()
     rows = claim_due_intents_with_keys(
-        owner=owner, lease_ms=lease_ms, keys=minted, expires_at=expires_at
+        owner=owner, lease_ms=lease_ms, keys=minted, expires_at=runner_key_expires_at()
     )
-    by_id = {key.id: key for key in minted}
-    keyed = []
-    for row in rows:
-        claim = IntentClaim.from_row(row)
-        key = by_id[row["key_id"]]
-        keyed.append((claim, _issued_runner_key(claim, key, row["key_name"], expires_at)))
-    return keyed
-
-
-def _issued_runner_key(
-    claim: IntentClaim, minted: MintedKey, name: str, expires_at: datetime
-) -> IssuedKey:
-    """The key row the claim statement wrote, as `issue_api_keys` would have returned it
-    (its name as the statement spelled it)."""
-    api_key = ApiKey(
-        id=minted.id,
-        name=name,
-        tenant_id=claim.tenant_id,
-        role=ApiKeyRole.RUNNER,
-        run_id=claim.run_id,
-        key_prefix=minted.key_prefix,
-        key_digest=minted.key_digest,
-        expires_at=expires_at,
-    )
-    api_key._state.adding = False  # the row exists
-    return IssuedKey(api_key=api_key, secret=minted.secret)
+    secret_of = {key.id: key.secret for key in minted}
+    return [
+        (IntentClaim.from_row(row), RunnerKey(row["key_id"], secret_of[row["key_id"]]))
+        for row in rows
+    ]
 
 
 def lock_claim_locked(claim: IntentClaim) -> LockedClaim:
@@ -181,22 +174,6 @@ def lock_claim_locked(claim: IntentClaim) -> LockedClaim:
     run = lock_run(claim.run_id)
     command = lock_command(claim.command_id, run=run)
     return _checked_locked(claim, run, command, lock_intent(claim.id))
-
-
-def lock_claims_runs_locked(claims: list[IntentClaim]) -> list[tuple[Run, Command]]:
-    """The run and command locks of a batch of claims, in two statements: every run, then
-    every command, each in id order, so concurrent batches queue and never deadlock. The
-    intents' own lock is the settle's write (`dispatch.sql`, a compare-and-set on each
-    claim). Returns (run, command) per claim, in the given order."""
-    runs = lock_runs([claim.run_id for claim in claims])
-    commands = lock_commands([claim.command_id for claim in claims])
-    locked = []
-    for claim in claims:
-        run, command = runs[claim.run_id], commands[claim.command_id]
-        if command.run_id != run.id:
-            raise not_found("command", claim.command_id)
-        locked.append((run, command))
-    return locked
 
 
 def _checked_locked(
@@ -236,40 +213,64 @@ class Completion:
 
 @dataclass
 class CompletionOutcome:
-    completed: list[RunnerDispatchIntent] = field(default_factory=list)
+    settled: Settled | None = None  # the intents written (dispatched)
     refused: list[tuple[Completion, StaleClaimError]] = field(default_factory=list)
+
+    @property
+    def dispatched(self) -> int:
+        return len(self.settled.rows) if self.settled else 0
+
+    @cached_property
+    def completed(self) -> list[RunnerDispatchIntent]:
+        """The dispatched intents, as written (read into models on first access)."""
+        return self.settled.intents() if self.settled else []
 
 
 def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     """Record launched jobs and mark their intents `dispatched`, in ONE transaction.
 
-    Locks every run, then every command (`lock_claims_runs_locked`). For each claim whose
-    run and command are live: saves the runner job (idempotent on the intent's planned
-    runner job id) and sets the outcome, if the intent is still the claim's (the write's
-    compare-and-set), and appends `backend_status {phase: runner-dispatched}` — all of the
-    batch in set-based statements, so a batch costs the same statements whatever its size.
-    Refused claims (stale or fenced) change nothing but a fence and are returned with
-    their error; only they read their intent (locked, to say why).
+    Locks every run, then every command, each in id order (so concurrent batches queue and
+    never deadlock), and in the same round trip saves the runner jobs (idempotent on each
+    intent's planned runner job id) and sets the outcome of each intent that is still the
+    claim's (the write's compare-and-set, which is the intents' lock) and whose run and
+    command have not ended (`dispatch.sql`, `runs.locks.lock_runs_and_commands`); then
+    appends `backend_status {phase: runner-dispatched}` to each written intent's run — all
+    of the batch in set-based statements, so a batch costs the same statements whatever
+    its size. Refused claims (fenced: run or command ended; stale: re-claimed or settled)
+    change nothing but a fence and are returned with their error; only they read their
+    intent (locked, to say why).
     """
     ordered = sorted(completions, key=lambda c: (c.claim.run_id, c.claim.id))
+    jobs = [_dispatched_job(item.claim, item.launched) for item in ordered]
     outcome = CompletionOutcome()
     with transaction.atomic(durable=True):
-        live: list[tuple[Completion, Run, Command]] = []
-        locks = lock_claims_runs_locked([item.claim for item in ordered])
-        for item, (run, command) in zip(ordered, locks, strict=True):
-            if run.is_terminal or command.is_terminal:  # fenced, as a single settle does
-                locked = _checked_locked(item.claim, run, command, lock_intent(item.claim.id))
-                outcome.refused.append((item, locked.error(item.claim)))
-            else:
-                live.append((item, run, command))
-        outcome.completed = _complete_locked([(item, run) for item, run, _ in live])
-        written = {intent.id for intent in outcome.completed}
-        for item, run, command in live:
-            if item.claim.id not in written:  # re-claimed or settled meanwhile: stale
+        now = timezone.now()
+        locked = lock_runs_and_commands(
+            [item.claim.run_id for item in ordered],
+            [item.claim.command_id for item in ordered],
+            then=[record_dispatched_statement(jobs, now=now)],
+        )
+        outcome.settled = Settled(locked.then[0], now)
+        written = outcome.settled.ids
+        events: dict[str, RunEvents] = {}
+        for item, job in zip(ordered, jobs, strict=True):
+            run, state = locked.runs[item.claim.run_id], locked.commands[item.claim.command_id]
+            if state.run_id != run.id:
+                raise not_found("command", item.claim.command_id)
+            if item.claim.id in written:
+                entry = events.setdefault(run.id, RunEvents(run, []))
+                entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.id)))
+            elif run.is_terminal or state.is_terminal:  # fenced, as a single settle does
+                command = lock_command(item.claim.command_id, run=run)  # held: read whole
+                fenced = _checked_locked(item.claim, run, command, lock_intent(item.claim.id))
+                outcome.refused.append((item, fenced.error(item.claim)))
+            else:  # re-claimed or settled meanwhile: stale
                 intent = lock_intent(item.claim.id)
                 refusal = _held_elsewhere(item.claim, intent) or "the intent was not written"
-                stale = LockedClaim(run, command, intent, refusal=refusal)
-                outcome.refused.append((item, stale.error(item.claim)))
+                error = StaleClaimError(item.claim, reason=refusal, state=intent.state)
+                outcome.refused.append((item, error))
+        append_events_to_runs_locked(batches=list(events.values()))
+        commit_appends()  # the last statement: the COMMIT and the NOTIFY in one round trip
     return outcome
 
 
@@ -279,24 +280,6 @@ def complete_intent(*, claim: IntentClaim, launched: Launched) -> RunnerDispatch
     if outcome.refused:
         raise outcome.refused[0][1]
     return outcome.completed[0]
-
-
-def _complete_locked(live: list[tuple[Completion, Run]]) -> list[RunnerDispatchIntent]:
-    """Save the runner jobs and mark the intents dispatched where the claims still hold
-    them (one statement, `dispatch.sql`), record it (one multi-run append). Needs the
-    run and command locks. Returns the intents written."""
-    if not live:
-        return []
-    jobs = [_dispatched_job(item.claim, item.launched) for item, _ in live]
-    written = record_dispatched_locked(jobs, now=timezone.now())
-    held = {intent.id for intent in written}
-    events: dict[str, RunEvents] = {}
-    for (item, run), job in zip(live, jobs, strict=True):
-        if item.claim.id in held:
-            entry = events.setdefault(run.id, RunEvents(run, []))
-            entry.events.append(NewEvent("backend_status", _dispatched_payload(item, job.id)))
-    append_events_to_runs_locked(batches=list(events.values()))
-    return written
 
 
 def _dispatched_payload(item: Completion, runner_job_id: str) -> dict[str, Any]:

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from django.utils import timezone
 
 from agentrun import conf
-from agentrun.auth import IssuedKey
 from agentrun.backoff import backoff_ms
 from agentrun.leases import lease_owner
 from agentrun.locks import LockKey, advisory_session_lock
@@ -51,6 +50,7 @@ from dispatch.services.capacity import within_capacity
 from dispatch.services.claims import (
     Completion,
     IntentClaim,
+    RunnerKey,
     StaleClaimError,
     claim_intents_with_keys,
     complete_intents,
@@ -71,7 +71,7 @@ class DispatchCounts:
     fenced: int = 0  # the claim went stale (run or command terminal, or re-claimed)
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        return dict(vars(self))  # the fields are ints: `asdict`'s deep copy is not needed
 
 
 def dispatch_batch(
@@ -106,7 +106,7 @@ def dispatch_batch(
         with advisory_session_lock(LockKey.RUNNER_CREATE, profile):
             to_launch, waiting = within_capacity(profile, group)
             _defer(profile, waiting, counts)
-            _revoke([keys[claim.id].api_key for claim in waiting])
+            _revoke([keys[claim.id].id for claim in waiting])
             _dispatch(to_launch, keys, launchers, counts)
     count_dispatch(counts.as_dict())  # every transaction of the batch has committed
     return counts
@@ -123,7 +123,7 @@ def _defer(profile: str, waiting: list[IntentClaim], counts: DispatchCounts) -> 
 
 def _dispatch(
     claims: list[IntentClaim],
-    keys: Mapping[str, IssuedKey],
+    keys: Mapping[str, RunnerKey],
     launchers: Mapping[str, Launcher],
     counts: DispatchCounts,
 ) -> None:
@@ -132,17 +132,17 @@ def _dispatch(
     if not launched:
         return
     outcome = complete_intents(completions=launched)
-    counts.dispatched += len(outcome.completed)
+    counts.dispatched += outcome.dispatched
     for refused, error in outcome.refused:
         counts.fenced += 1
         logger.info("dispatch: %s; aborting %s", error.message, refused.launched.job_name)
-        _revoke([keys[refused.claim.id].api_key])
+        _revoke([keys[refused.claim.id].id])
         _abort(refused.launched, launchers)
 
 
 def _launch_all(
     claims: list[IntentClaim],
-    keys: Mapping[str, IssuedKey],
+    keys: Mapping[str, RunnerKey],
     launchers: Mapping[str, Launcher],
     counts: DispatchCounts,
 ) -> list[Completion]:
@@ -153,12 +153,12 @@ def _launch_all(
         key = keys[claim.id]
         launcher = _launcher(claim, launchers, counts)
         if launcher is None:
-            unused.append(key.api_key)
+            unused.append(key.id)
             continue
         try:
             launched.append(Completion(claim, launcher.launch(_request(claim, key.secret))))
         except LaunchError as error:
-            unused.append(key.api_key)
+            unused.append(key.id)
             _settle_failure(claim, error, counts)
     _revoke(unused)
     return launched
@@ -216,11 +216,11 @@ def _settle_failure(claim: IntentClaim, error: LaunchError, counts: DispatchCoun
         counts.fenced += 1
 
 
-def _revoke(api_keys: list[ApiKey]) -> None:
+def _revoke(key_ids: list[str]) -> None:
     """Revoke the runner keys of launches that did not happen or were aborted. An update
     of keys nobody else has seen; auth has no revoke service yet."""
-    if api_keys:
-        ApiKey.objects.filter(pk__in=[key.pk for key in api_keys], revoked_at__isnull=True).update(
+    if key_ids:
+        ApiKey.objects.filter(pk__in=key_ids, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
 

@@ -191,11 +191,12 @@ def _store(per_run: list[list[Event]]) -> None:
         now=per_run[0][0].created_at,
         extra_ctes=outbox,
     )
+    alias = connection.alias
     for rows in per_run:
         last = inserted.last_seqs[rows[0].run_id]
         for event in rows:
             event.seq += last
-            event._state.adding, event._state.db = False, connection.alias  # as bulk_create
+            event._state.adding, event._state.db = False, alias  # as bulk_create
     # The partition keys that got records (the relay's LISTEN wake-up after commit).
     outboxed = sorted({partition_key_for(rows[0].run) for rows in per_run}) if outbox else []
     # Webhook deliveries: one INSERT … SELECT over the tenants' matching endpoints, after the

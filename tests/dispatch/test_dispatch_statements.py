@@ -3,9 +3,13 @@ number of round trips whatever the batch size."""
 
 from __future__ import annotations
 
+from typing import Any
+from unittest.mock import patch
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from psycopg._connection_base import BaseConnection
 
 from agentrun.models import ApiKey
 from dispatch.launchers import Launched
@@ -39,22 +43,39 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     assert _statements(claim) == ["WITH"], claim.captured_queries
     assert ApiKey.objects.filter(run_id__in=[c.run_id for c, _ in keyed]).count() == size
     completions = [Completion(claim, _launched(claim.runner_id)) for claim, _ in keyed]
-    with CaptureQueriesContext(connection) as settle:
+    sent: list[bytes] = []
+    real = BaseConnection._exec_command
+
+    def exec_command(self: BaseConnection, command: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(bytes(command))
+        return real(self, command, *args, **kwargs)
+
+    with (
+        patch.object(BaseConnection, "_exec_command", exec_command),
+        CaptureQueriesContext(connection) as settle,
+    ):
         outcome = complete_intents(completions=completions)
     assert len(outcome.completed) == size
-    # Locks (runs, commands), the jobs + intents write (`dispatch.sql`: the intents'
-    # lock is its compare-and-set, no SELECT of their own since issue 18), the events'
-    # append (no webhook endpoint here, so no delivery INSERT); the runs' NOTIFY after the
-    # commit.
-    assert _statements(settle) == [
-        "BEGIN",
-        "SELECT",
-        "SELECT",
-        "WITH",
-        "WITH",
-        "COMMIT",
-        "SELECT",
-    ], settle.captured_queries
+    # Four round trips: BEGIN; the locks (every run, then every command) and after them
+    # the jobs + intents write (`dispatch.sql`: the intents' lock is its compare-and-set,
+    # no SELECT of their own since issue 18), three statements in one string
+    # (`runs.locks.lock_runs_and_commands`); the events' append (no webhook endpoint here,
+    # so no delivery INSERT); the COMMIT and, after it, the runs' NOTIFY in one string
+    # (`runs.services.event_log.commit_appends`). Then Django logs its own COMMIT, which
+    # psycopg does not send. Until issue 18's seventh round they were seven: the locks
+    # and the write a round trip each, the NOTIFY one after the COMMIT.
+    sqls = [query["sql"] for query in settle.captured_queries]
+    assert _statements(settle) == ["BEGIN", "SELECT", "WITH", "COMMIT;", "COMMIT"], sqls
+    locks = sqls[1].split(";\n")
+    assert len(locks) == 3, locks
+    assert locks[0].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[0]
+    assert locks[1].startswith("SELECT") and "FROM agentrun_commands" in locks[1]
+    assert (
+        locks[2].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[2]
+    )
+    assert sqls[2].startswith("WITH base")  # the events' append
+    assert sqls[3].startswith("COMMIT;\n") and "pg_notify" in sqls[3]
+    assert sent == [b"BEGIN"]  # psycopg sent no COMMIT of its own
     assert RunnerJob.objects.count() == size
     dispatched = RunnerDispatchIntent.objects.filter(state="dispatched")
     assert sorted(dispatched.values_list("actual_runner_job_id", flat=True)) == sorted(

@@ -18,12 +18,18 @@ those modules do with the connection is the same, and is spelled here once.
 - `read_models` reads whole rows of a model into instances (`Model.from_db`), the
   statement's text built once per model: a row lock or a read on a hot path costs a
   round trip, not ~1 ms of query compilation (issue 18). A lock's `FOR UPDATE` is spelled
-  by the caller, in its app's `locks.py`.
+  by the caller, in its app's `locks.py`;
+- `execute_hot` runs a hot path's statement prepared (SQL `PREPARE`/`EXECUTE`, from a
+  connection's second use of it on), and a transaction's first statement with the BEGIN
+  in front of it: a runner's append (see there).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -31,6 +37,7 @@ from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import Field, Model
+from psycopg.pq import TransactionStatus
 
 Params = Mapping[str, Any] | Sequence[Any]
 M = TypeVar("M", bound=Model)
@@ -140,13 +147,24 @@ def _update_shape(model: type[Model], names: tuple[str, ...]) -> tuple[str, list
 
 
 def read_models(
-    model: type[M], tail: str, params: Params, *, deferred: tuple[str, ...] = ()
+    model: type[M],
+    tail: str,
+    params: Params,
+    *,
+    deferred: tuple[str, ...] = (),
+    hot: str | None = None,
 ) -> list[M]:
     """`SELECT <every column> FROM <table> <tail>` (a `WHERE …`, an `ORDER BY`, a lock
     clause: the caller's text, never input), each row read into an instance. `deferred`
-    fields are not read (left unloaded, read on access, as `QuerySet.defer` leaves them)."""
+    fields are not read (left unloaded, read on access, as `QuerySet.defer` leaves them).
+    `hot`: run by `execute_hot` under that label (prepared, and carrying the BEGIN of the
+    outermost block's transaction when it is its first statement)."""
+    sql = select_models_sql(model, tail, deferred=deferred)
     with connection.cursor() as cursor:
-        cursor.execute(select_models_sql(model, tail, deferred=deferred), params)
+        if hot:
+            execute_hot(cursor, prepared(hot, sql), params, begins=True)
+        else:
+            cursor.execute(sql, params)
         rows = cursor.fetchall()
     return models_from_rows(model, rows, deferred=deferred)
 
@@ -187,3 +205,141 @@ def _select_shape(
         if hasattr(field, "from_db_value")
     ]
     return columns, [field.attname for field in fields], converters
+
+
+# --- a hot path's statements: prepared, and the BEGIN in the first one's round trip -----
+#
+# Why: a runner's single-event append is three statements (its run lock, the events
+# statement, the COMMIT with the NOTIFY), and sent as Django sends them they cost twice
+# the server CPU of the same transaction in plain psycopg (bench cell 1, issue 18): 42 %
+# of the backend's time went to parsing, analysing and planning them again on every call
+# (the events statement's plan alone ~0.3 ms), which psycopg's own prepared statements
+# spare the reference, and BEGIN was a round trip of its own. Django binds parameters
+# client side and never prepares (`prepare_threshold` is None, so that poolers in
+# transaction mode work; agentrun's README asks for session mode), so these statements
+# are prepared in SQL: `PREPARE <name> AS …` once per connection, then `EXECUTE
+# <name>(…)`, the arguments bound client side as every other statement's. Through
+# Django's cursor, so its query log and error wrapping see them as any other.
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A statement run by `execute_hot`: prepared on a connection that runs it twice."""
+
+    name: str  # `<label>_<digest of the text>`: each text its own statement
+    sql: str  # as given, `%s` or `%(key)s` placeholders
+    prepare_sql: str  # `PREPARE <name> AS <sql with $n placeholders>`
+    execute_sql: str  # `EXECUTE <name>(%s, …)` (or `%(key)s, …`), bound client side
+
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+_POSITIONAL = re.compile(r"(?<!%)%s")
+
+
+@cache
+def prepared(label: str, sql: str) -> Prepared:
+    """`sql` as a `Prepared` statement. Its parameters' types are PostgreSQL's reading of
+    the statement: each placeholder must be cast, or used where its type is plain."""
+    name = f"{label}_{hashlib.blake2s(sql.encode(), digest_size=6).hexdigest()}"
+    keys: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in keys:
+            keys.append(match.group(1))
+        return f"${keys.index(match.group(1)) + 1}"
+
+    body = _NAMED.sub(number, sql)
+    holes = [f"%({key})s" for key in keys]
+    if not keys:
+        count = len(_POSITIONAL.findall(sql))
+        numbers = iter(range(1, count + 1))
+        body = _POSITIONAL.sub(lambda _: f"${next(numbers)}", sql)
+        holes = ["%s"] * count
+    arguments = f"({', '.join(holes)})" if holes else ""
+    # The PREPARE goes in the same string as the EXECUTE (bound with its parameters), so
+    # its own `%%` stay as they are.
+    return Prepared(name, sql, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}")
+
+
+# Per open connection (a new one has none): how many times each statement ran unprepared,
+# or PREPARED, or UNPREPARED for good (its PREPARE's string failed: whether the PREPARE
+# took is unknown, so the name is never sent again on that connection).
+_uses: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+PREPARED, UNPREPARED = -1, -2
+
+
+def execute_hot(
+    cursor: Any, statement: Prepared, params: Params, *, begins: bool = False, before: str = ""
+) -> None:
+    """Run `statement` on `cursor` (Django's), in one round trip, leaving the cursor on its
+    result. Per connection: the first time as it is; the second, `PREPARE` then `EXECUTE`
+    in one string (so a connection opened per request never pays a PREPARE it will not
+    use again); from then on `EXECUTE`. `before`: statements for the same string, sent
+    only with a prepared one (`runs.sql`'s plan mode).
+
+    `begins`: when the statement is the first of the outermost atomic block's
+    transaction, `BEGIN` goes in front of it. psycopg starts a Django block's transaction
+    lazily, by a `BEGIN` round trip of its own just before the block's first statement
+    (it sends one when the connection is not in autocommit and idle); here that statement
+    carries it. psycopg is put in autocommit for it (allowed while idle, no round trip),
+    so it sends no BEGIN, and the server's transaction block is open when the string
+    ends. Until that transaction ends the flag changes nothing (psycopg only reads it when
+    idle); Django's block still owns the transaction and commits or rolls back at its end
+    as ever (psycopg's `commit()` and `rollback()` follow the server's transaction
+    status, not the flag), then puts the connection in autocommit itself. Only that first
+    statement carries a BEGIN: inside a caller's transaction (a savepoint, a test's block)
+    the connection is not idle, and the statement runs as it is. If the string fails
+    before its BEGIN took (the connection still idle), the flag is put back."""
+    db = cursor.db
+    raw = db.connection
+    uses = _uses.get(raw)
+    if uses is None:
+        uses = _uses.setdefault(raw, {})
+    text, preparing = _text_to_send(uses, statement, before)
+    begin = begins and _first_of_outermost_block(db, raw)
+    if begin:
+        text = "BEGIN;\n" + text
+        raw.autocommit = True
+    try:
+        cursor.execute(text, params)
+    except BaseException:
+        if preparing:
+            uses[statement.name] = UNPREPARED
+        raise
+    finally:
+        if begin and raw.info.transaction_status == TransactionStatus.IDLE:
+            raw.autocommit = False  # the BEGIN did not take: psycopg sends its own
+    if preparing:
+        uses[statement.name] = PREPARED
+    while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
+        pass
+
+
+def _text_to_send(uses: dict[str, int], statement: Prepared, before: str) -> tuple[str, bool]:
+    """The text of this use of `statement` on the connection of `uses`, and whether it
+    prepares it."""
+    used = uses.get(statement.name, 0)
+    if used == PREPARED:
+        return before + statement.execute_sql, False
+    if used == 1:
+        return f"{before}{statement.prepare_sql};\n{statement.execute_sql}", True
+    if used != UNPREPARED:
+        uses[statement.name] = used + 1
+    return statement.sql, False
+
+
+def _first_of_outermost_block(db: Any, raw: Any) -> bool:
+    """Whether psycopg would send a BEGIN before the connection's next statement for the
+    outermost atomic block (and a plain one: no isolation level or access mode set)."""
+    return (
+        raw is not None
+        and db.in_atomic_block
+        and len(db.atomic_blocks) == 1
+        and not db.savepoint_ids
+        and db.commit_on_exit
+        and not raw.autocommit
+        and raw.info.transaction_status == TransactionStatus.IDLE
+        and raw.isolation_level is None
+        and raw.read_only is None
+        and raw.deferrable is None
+    )

@@ -66,11 +66,17 @@ def lock_run_for_append(run_id: str, *, key_digest: str | None = None) -> Run:
     the same statement and lock, the row read as far as the append reads it (`APPEND_READS`;
     any other field is loaded on access). 404 or `KeyDoesNotHoldRun` as those."""
     if key_digest is None:
-        found = read_models(Run, _LOCK_ONE, [run_id], deferred=_APPEND_DEFERRED)
+        found = read_models(Run, _LOCK_ONE, [run_id], deferred=_APPEND_DEFERRED, hot="run_lock")
         if not found:
             raise not_found("run", run_id)
     else:
-        found = read_models(Run, _LOCK_FOR_KEY, [run_id, key_digest], deferred=_APPEND_DEFERRED)
+        found = read_models(
+            Run,
+            _LOCK_FOR_KEY,
+            [run_id, key_digest],
+            deferred=_APPEND_DEFERRED,
+            hot="run_lock_for_key",
+        )
         if not found:
             raise KeyDoesNotHoldRun(run_id)
     return found[0]

@@ -40,7 +40,7 @@ from django.db import connection
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from agentrun.raw_sql import RowWrite, mark_inserted, write_ctes
+from agentrun.raw_sql import RowWrite, execute_hot, mark_inserted, prepared, write_ctes
 from runs.models import Run
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
@@ -130,14 +130,16 @@ def insert_events(
     tenants: list[str],
     now: datetime,
     extra_ctes: tuple[str, dict[str, Any]] | None = None,
+    prepare: bool = False,
 ) -> InsertedEvents:
     """Insert `rows` after each run's last seq, in one statement. `session_runs`: session
     id → the run whose last seq the session records; `tenants`: the runs' tenants.
     `extra_ctes`: more CTEs for the same statement and their parameters (the outbox
     records, `outbox.record.outbox_records_locked`), which may read `base` (each run's
     last seq before the insert) and `sess` (one row per session row updated, and locked,
-    by then) and `%(now)s::timestamptz`. Needs the caller's transaction and every run's
-    row lock."""
+    by then) and `%(now)s::timestamptz`. `prepare`: a runner's append, run prepared with a
+    generic plan (`_GENERIC_PLAN`). Needs the caller's transaction and every run's row
+    lock."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.run_id] = counts.get(row.run_id, 0) + 1
@@ -166,12 +168,29 @@ def insert_events(
         sql = _INSERT_EVENTS_SQL.replace("{extra}", f",\n{extra_ctes[0]}")
         params.update(extra_ctes[1])
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        if prepare:
+            execute_hot(cursor, prepared("append_events", sql), params, before=_GENERIC_PLAN)
+        else:
+            cursor.execute(sql, params)
         found = cursor.fetchall()
     return InsertedEvents(
         last_seqs={run_id: seq for run_id, seq, _ in found},
         endpoints_may_match=any(match for _, _, match in found),
     )
+
+
+# A runner's append runs the events statement prepared (`prepare=True`,
+# `agentrun.raw_sql.execute_hot`), and PostgreSQL would still plan it on every call: after
+# five custom plans it keeps choosing custom ones (~0.3 ms of planning per append), since
+# the generic plan's estimate is dearer, the session UPDATE's `= ANY($n)` being read as
+# ten rows (a bitmap scan of the session index) where a custom plan sees one. The plans are
+# the same probes otherwise (each run's last seq by a backward index-only scan of (run_id,
+# seq), the session by its id, the endpoints' check), so the transaction asks for the
+# generic one, which is planned once per connection (and again when PostgreSQL
+# invalidates it). `SET LOCAL` ends with the transaction; nothing else in it is prepared.
+# A runner's append is one run, so at most one session row: the session id order of the
+# session locks (see the module doc) is moot there, and batch settles are not prepared.
+_GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan;\n"
 
 
 def text_array(values: list[str]) -> str:

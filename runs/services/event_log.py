@@ -70,7 +70,7 @@ def append_events_locked(
     late-write-rejected}` instead of as output (seed `fenceLateEventForCancelledRun`).
     """
     rows = _event_rows(run, events, runner_id=runner_id, now=timezone.now())
-    _store([rows])
+    _store([rows], prepare=runner_id is not None)
     return rows
 
 
@@ -164,13 +164,14 @@ def _event_rows(
     return rows
 
 
-def _store(per_run: list[list[Event]]) -> None:
+def _store(per_run: list[list[Event]], *, prepare: bool = False) -> None:
     """Insert the events of one or more locked runs and record what follows from them, in
     the documented lock order: every session row first, then every outbox key lock (both
     in `insert_events`'s one statement). The other way round, two runs of one session
     deadlocked (tests/soak found it): an append held the key and waited for the session
     row that a finish of the session's other run held while it waited for the key to
-    append its terminal event."""
+    append its terminal event. `prepare`: a runner's append, whose statement is prepared
+    (`runs.sql.insert_events`)."""
     per_run = [rows for rows in per_run if rows]
     if not per_run:
         return
@@ -190,6 +191,7 @@ def _store(per_run: list[list[Event]]) -> None:
         tenants=[rows[0].run.tenant_id for rows in per_run],
         now=per_run[0][0].created_at,
         extra_ctes=outbox,
+        prepare=prepare,
     )
     alias = connection.alias
     for rows in per_run:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -73,6 +74,17 @@ def test_a_session_run_is_keyed_by_tenant_and_session(outbox_topic: str) -> None
     assert record.value["data"]["session_id"] == "sess-42"
 
 
+def prepared_text(sql: str) -> str:
+    """`sql`, or for the EXECUTE of a runner append's prepared statement
+    (`agentrun.raw_sql.execute_hot`) the statement it runs."""
+    name = re.search(r"\bEXECUTE (\w+)", sql)
+    if name is None:
+        return sql
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE name = %s", [name[1]])
+        return sql + "\n" + cursor.fetchone()[0]
+
+
 @pytest.mark.django_db
 def test_a_batch_costs_the_same_queries_as_one_event(outbox_topic: str) -> None:
     run = claimed_run()
@@ -81,7 +93,7 @@ def test_a_batch_costs_the_same_queries_as_one_event(outbox_topic: str) -> None:
     with CaptureQueriesContext(connection) as fifty:
         append_logs(run, 50, start=1)
     assert len(fifty) == len(one)
-    statements = [query["sql"] for query in fifty.captured_queries]
+    statements = [prepared_text(query["sql"]) for query in fifty.captured_queries]
     # The events' own statement takes the key lock, draws the seqs and inserts the records
     # (issue 18: it was a statement of its own, and before that three).
     (record,) = [sql for sql in statements if "agentrun_kafka_event_outbox" in sql]

@@ -60,7 +60,7 @@ def events(run: Run) -> int:
 
 
 @pytest.mark.parametrize("batch", [1, 100])
-def test_a_runner_key_append_is_the_services_five_statements(batch: int) -> None:
+def test_a_runner_key_append_is_the_services_three_round_trips(batch: int) -> None:
     run = make_claimed_run()
     body: dict[str, Any] = {**fencing(run), "type": "log", "payload": {"n": 0}}
     if batch > 1:
@@ -68,11 +68,15 @@ def test_a_runner_key_append_is_the_services_five_statements(batch: int) -> None
             **fencing(run),
             "events": [{"type": "log", "payload": {"n": n}} for n in range(batch)],
         }
-    sqls = statements(runner_for(run), run, body)
+    client = runner_for(run)
+    connection.close()  # a new connection: the first two appends prepare (test_append_statements)
+    for _ in range(2):
+        assert post(client, run, body).status_code == 201
+    sqls = statements(client, run, body)
     assert len(sqls) == 5, sqls
-    assert sqls[0] == "BEGIN" and sqls[4] == "COMMIT", sqls
-    assert sqls[1].endswith("FOR UPDATE") and "agentrun_api_keys" in sqls[1], sqls
-    assert sqls[2].startswith("WITH base") and sqls[3].startswith("COMMIT;\n"), sqls
+    assert sqls[0] == "BEGIN" and sqls[4] == "COMMIT", sqls  # Django's log; not sent
+    assert sqls[1].startswith("BEGIN;\nEXECUTE run_lock_for_key_"), sqls
+    assert "\nEXECUTE append_events_" in sqls[2] and sqls[3].startswith("COMMIT;\n"), sqls
     assert "pg_notify" in sqls[3], sqls
     assert not any(sql.startswith('SELECT "agentrun_api_keys"') for sql in sqls), sqls
 

@@ -424,8 +424,14 @@ def test_a_runner_write_reads_its_run_only_under_the_lock() -> None:
     with CaptureQueriesContext(connection) as queries:
         response = call(runner, "POST", f"/runs/{run.id}/events", body)
     assert response.status_code == 201, response.json()
-    run_reads = [q["sql"] for q in queries.captured_queries if 'FROM "agentrun_runs"' in q["sql"]]
-    assert len(run_reads) == 1 and run_reads[0].endswith("FOR UPDATE"), run_reads
+    # The lock is the service's statement as it is, or prepared (`raw_sql.execute_hot`).
+    run_reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if 'FROM "agentrun_runs"' in q["sql"] or "EXECUTE run_lock" in q["sql"]
+    ]
+    assert len(run_reads) == 1, run_reads
+    assert run_reads[0].endswith("FOR UPDATE") or "EXECUTE run_lock" in run_reads[0], run_reads
     other = make_claimed_run(runner_id="runner-1")
     error = error_of(call(runner, "POST", f"/runs/{other.id}/events", fencing(other)), 404)
     assert error["code"] == "not_found"

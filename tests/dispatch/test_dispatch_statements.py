@@ -3,13 +3,9 @@ number of round trips whatever the batch size."""
 
 from __future__ import annotations
 
-from typing import Any
-from unittest.mock import patch
-
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from psycopg._connection_base import BaseConnection
 
 from agentrun.models import ApiKey
 from dispatch.launchers import Launched
@@ -17,6 +13,7 @@ from dispatch.models import RunnerDispatchIntent
 from dispatch.services.claims import Completion, claim_intents_with_keys, complete_intents
 from runs.models import Backend, RunnerJob
 from tests.dispatch.helpers import make_dispatch_command
+from tests.support.psycopg_commands import psycopg_commands
 
 
 def _launched(runner_id: str) -> Launched:
@@ -43,17 +40,7 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     assert _statements(claim) == ["WITH"], claim.captured_queries
     assert ApiKey.objects.filter(run_id__in=[c.run_id for c, _ in keyed]).count() == size
     completions = [Completion(claim, _launched(claim.runner_id)) for claim, _ in keyed]
-    sent: list[bytes] = []
-    real = BaseConnection._exec_command
-
-    def exec_command(self: BaseConnection, command: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(bytes(command))
-        return real(self, command, *args, **kwargs)
-
-    with (
-        patch.object(BaseConnection, "_exec_command", exec_command),
-        CaptureQueriesContext(connection) as settle,
-    ):
+    with psycopg_commands() as sent, CaptureQueriesContext(connection) as settle:
         outcome = complete_intents(completions=completions)
     assert len(outcome.completed) == size
     # Four round trips: BEGIN; the locks (every run, then every command) and after them

@@ -25,7 +25,6 @@ from unittest.mock import patch
 import pytest
 from django.db import DataError, IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
-from psycopg._connection_base import BaseConnection
 from psycopg.pq import TransactionStatus
 
 from agentrun import raw_sql
@@ -38,6 +37,7 @@ from runs.services.event_log import NewEvent, append_runner_events
 from runs.services.lifecycle import claim_run
 from sessions.models import Session
 from tests.builders import make_run
+from tests.support.psycopg_commands import psycopg_commands
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,17 +52,7 @@ def append(run: Run, count: int) -> tuple[list[str], list[bytes]]:
     """The statements Django logged, and the commands psycopg sent on its own (BEGIN,
     COMMIT, ROLLBACK: `_exec_command`)."""
     events = [NewEvent("log", {"stream": "stdout", "message": f"line {n}"}) for n in range(count)]
-    sent: list[bytes] = []
-    real = BaseConnection._exec_command
-
-    def exec_command(self: BaseConnection, command: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(bytes(command))
-        return real(self, command, *args, **kwargs)
-
-    with (
-        patch.object(BaseConnection, "_exec_command", exec_command),
-        CaptureQueriesContext(connection) as captured,
-    ):
+    with psycopg_commands() as sent, CaptureQueriesContext(connection) as captured:
         append_runner_events(
             run_id=run.id, runner_id="runner-1", lease_epoch=run.lease_epoch, events=events
         )

@@ -10,6 +10,8 @@
   key of an app to carry its field's `on_delete` in the database too (same name, still
   deferrable). A later `AlterField` of such a key recreates it without the action: run the
   operation again in that migration.
+- `drop_like_indexes()`: drops Django's `text_pattern_ops` copies (`*_like`) of text id
+  indexes, which no lookup uses and every write pays for (issue 18); reversible.
 """
 
 from __future__ import annotations
@@ -72,4 +74,16 @@ def alter_fields(model_name: str, **fields: Any) -> list[migrations.AlterField]:
     return [
         migrations.AlterField(model_name=model_name, name=name, field=field.clone())
         for name, field in fields.items()
+    ]
+
+
+def drop_like_indexes(indexes: dict[str, tuple[str, str]]) -> list[migrations.RunSQL]:
+    """Operations dropping each `name: (table, column)` `text_pattern_ops` index, and
+    re-creating it backwards. The names are Django's (hashed), never input."""
+    return [
+        migrations.RunSQL(
+            f"DROP INDEX IF EXISTS {name}",
+            f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({column} text_pattern_ops)",
+        )
+        for name, (table, column) in indexes.items()
     ]

@@ -10,6 +10,8 @@ key. The outbox did the same in its 0002.
 
 from django.db import migrations
 
+from agentrun.db_schema import drop_like_indexes
+
 TABLE = "agentrun_api_keys"
 LIKE_INDEXES = {
     "agentrun_api_keys_id_9ad08892_like": "id",
@@ -20,10 +22,4 @@ LIKE_INDEXES = {
 class Migration(migrations.Migration):
     dependencies = [("agentrun", "0002_api_key_expires_at")]
 
-    operations = [
-        migrations.RunSQL(
-            f"DROP INDEX IF EXISTS {name}",
-            f"CREATE INDEX IF NOT EXISTS {name} ON {TABLE} ({column} text_pattern_ops)",
-        )
-        for name, column in LIKE_INDEXES.items()
-    ]
+    operations = drop_like_indexes({name: (TABLE, column) for name, column in LIKE_INDEXES.items()})

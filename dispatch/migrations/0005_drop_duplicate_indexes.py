@@ -21,7 +21,7 @@ outbox dropped its copies the same way in its 0002.
 import django.db.models.deletion
 from django.db import migrations, models
 
-from agentrun.db_schema import database_on_delete
+from agentrun.db_schema import database_on_delete, drop_like_indexes
 
 TABLE = "agentrun_runner_dispatch_intents"
 LIKE_INDEXES = {
@@ -53,11 +53,5 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunPython(_ON_DELETE, migrations.RunPython.noop),
-        *(
-            migrations.RunSQL(
-                f"DROP INDEX IF EXISTS {name}",
-                f"CREATE INDEX IF NOT EXISTS {name} ON {TABLE} ({column} text_pattern_ops)",
-            )
-            for name, column in LIKE_INDEXES.items()
-        ),
+        *drop_like_indexes({name: (TABLE, column) for name, column in LIKE_INDEXES.items()}),
     ]

@@ -9,15 +9,12 @@ exact value, `=`), so it is dropped, as the runs app's 0011 and 0012 dropped the
 
 from django.db import migrations
 
+from agentrun.db_schema import drop_like_indexes
+
 NAME = "agentrun_queue_tasks_id_ee9945b9_like"
 
 
 class Migration(migrations.Migration):
     dependencies = [("queues", "0003_schema_fidelity")]
 
-    operations = [
-        migrations.RunSQL(
-            f"DROP INDEX IF EXISTS {NAME}",
-            f"CREATE INDEX IF NOT EXISTS {NAME} ON agentrun_queue_tasks (id text_pattern_ops)",
-        )
-    ]
+    operations = drop_like_indexes({NAME: ("agentrun_queue_tasks", "id")})

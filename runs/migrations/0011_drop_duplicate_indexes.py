@@ -22,7 +22,7 @@ also means fewer dead entries for cell 6's pinned snapshot to keep from being pr
 import django.db.models.deletion
 from django.db import migrations, models
 
-from agentrun.db_schema import database_on_delete
+from agentrun.db_schema import database_on_delete, drop_like_indexes
 
 LIKE_INDEXES = {
     "agentrun_events_id_0999591b_like": ("agentrun_events", "id"),
@@ -61,11 +61,5 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunPython(_ON_DELETE, migrations.RunPython.noop),
-        *(
-            migrations.RunSQL(
-                f"DROP INDEX IF EXISTS {name}",
-                f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({column} text_pattern_ops)",
-            )
-            for name, (table, column) in LIKE_INDEXES.items()
-        ),
+        *drop_like_indexes(LIKE_INDEXES),
     ]

@@ -21,7 +21,7 @@ The `AlterField` recreates the foreign key without its database action, so
 import django.db.models.deletion
 from django.db import migrations, models
 
-from agentrun.db_schema import database_on_delete
+from agentrun.db_schema import database_on_delete, drop_like_indexes
 
 LIKE_INDEXES = {
     "agentrun_commands_id_be3afde2_like": ("agentrun_commands", "id"),
@@ -51,11 +51,5 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunPython(_ON_DELETE, migrations.RunPython.noop),
-        *(
-            migrations.RunSQL(
-                f"DROP INDEX IF EXISTS {name}",
-                f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({column} text_pattern_ops)",
-            )
-            for name, (table, column) in LIKE_INDEXES.items()
-        ),
+        *drop_like_indexes(LIKE_INDEXES),
     ]

@@ -10,15 +10,12 @@ session id (the admin searches it by exact value, `=`), so it is dropped, as the
 
 from django.db import migrations
 
+from agentrun.db_schema import drop_like_indexes
+
 NAME = "agentrun_sessions_session_id_31eedfd2_like"
 
 
 class Migration(migrations.Migration):
     dependencies = [("agent_sessions", "0003_schema_fidelity")]
 
-    operations = [
-        migrations.RunSQL(
-            f"DROP INDEX IF EXISTS {NAME}",
-            f"CREATE INDEX IF NOT EXISTS {NAME} ON agentrun_sessions (session_id text_pattern_ops)",
-        )
-    ]
+    operations = drop_like_indexes({NAME: ("agentrun_sessions", "session_id")})

@@ -282,6 +282,33 @@ def compare_many(figures: list[Figure], repetitions: int = REPETITIONS) -> list[
     return outcomes
 
 
+def between_references(
+    first: Outcome, second: Outcome, *, key: str, title: str, note: str
+) -> Outcome:
+    """The reference sides of two outcomes of one `compare_many` against each other
+    (each pair measured in the same round, no extra run): evidence for a goal, so no
+    goal of its own. Used where a reference is agentrun's own write set with nothing of
+    agentrun around it: can that, at all, reach the peer on this machine?"""
+    metric = first.figure.metric
+    figure = Figure(
+        key,
+        title,
+        first.figure.b_name,
+        first.figure.b,
+        second.figure.b_name,
+        second.figure.b,
+        params=first.figure.params,
+        metric=metric,
+        unit=first.figure.unit,
+        reference_kind="peer",
+        note=note,
+    )
+    ratios = [ratio_of(a, b, metric) for a, b in zip(first.b, second.b, strict=True)]
+    outcome = Outcome(figure, first.b, second.b, ratios)
+    print(format_line(outcome), flush=True)
+    return outcome
+
+
 def _fmt(value: float) -> str:
     if value != value:  # NaN
         return "n/a"

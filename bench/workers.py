@@ -71,6 +71,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--until", type=float, default=0, help="latency: producing this long")
     parser.add_argument("--work-ms", type=float, default=0, help="each item takes this long")
     parser.add_argument("--journal", help="append executions here (survives SIGKILL)")
+    parser.add_argument(
+        "--unprepared-claim", action="store_true", help="writeset: plan the claim per call"
+    )
     parser.add_argument("--stall-s", type=float, default=0, help="pgqueuer heartbeat timeout")
     args = parser.parse_args(argv)
     # Set on `worker_process`, where the worker functions read them (this module is __main__).

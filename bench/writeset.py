@@ -277,6 +277,7 @@ def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
     import psycopg
 
     executed: list[str] = []
+    starts: list[tuple[str, float]] = []  # with --latency (cell 6): each claim's time
     lock = threading.Lock()
     ready = threading.Barrier(args.slots + 1)
     go: list[float] = []
@@ -294,18 +295,26 @@ def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
                     "owner": owner, "lease_ms": LEASE_MS, "limit": args.batch,
                     "keys": _keys(args.batch), "ttl_s": KEY_TTL_S,
                 }  # fmt: skip
-                claims = conn.execute(CLAIM_SQL, params).fetchall()
+                # psycopg prepares a statement from its fifth use; cell 6 asks for the claim
+                # planned per call, as agentrun's is (a prepared claim's generic plan does
+                # not follow the dead versions a pinned snapshot piles up: sixth round).
+                prepare = False if args.unprepared_claim else None
+                claims = conn.execute(CLAIM_SQL, params, prepare=prepare).fetchall()
                 if not claims:
                     idle_since = idle_since or time.time()
-                    if time.time() - idle_since > args.idle:
+                    producing = args.latency and time.time() < go[0] + args.until
+                    if not producing and time.time() - idle_since > args.idle:
                         break
-                    time.sleep(0.02)
+                    time.sleep(0.005 if args.latency else 0.02)
                     continue
                 idle_since = None
+                now = time.time()
                 for claim in claims:  # the no-op launch, as the agentrun side's
                     worker_process.JOURNAL.write("start", claim[0])
                 with lock:
                     executed.extend(claim[0] for claim in claims)
+                    if args.latency:
+                        starts.extend((claim[0], now) for claim in claims)
                 written = settle(conn, claims, owner, pipelined=pipelined)
                 with lock:
                     unwritten[0] += len(claims) - written
@@ -321,7 +330,7 @@ def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
         thread.join()
     return {
         "executed": executed,
-        "starts": [],
+        "starts": starts,
         "go": go[0],
         "last_work": last[0],
         "unwritten": unwritten[0],

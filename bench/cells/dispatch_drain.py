@@ -50,10 +50,9 @@ from bench.harness import (
     Outcome,
     Sample,
     Scale,
+    between_references,
     compare,
     compare_many,
-    format_line,
-    ratio_of,
 )
 from bench.profiling import print_summary, profiled
 
@@ -261,22 +260,15 @@ def writeset_vs_peer(outcomes: list[Outcome], *, slots: int) -> list[Outcome]:
     peer = _outcome(outcomes, f"3.drain.{slots}.pgqueuer")
     if writeset is None or peer is None:
         return []
-    figure = Figure(
-        f"3.drain.{slots}.writeset-pgqueuer",
-        "agentrun's write set in raw SQL vs PgQueuer",
-        "raw-writeset",
-        writeset.figure.b,
-        "pgqueuer",
-        peer.figure.b,
-        params=writeset.figure.params,
-        unit="items/s",
-        reference_kind="peer",
-        note="derived from the .writeset and .pgqueuer repetitions, no extra drain",
-    )
-    ratios = [ratio_of(a, b, "rate") for a, b in zip(writeset.b, peer.b, strict=True)]
-    outcome = Outcome(figure, writeset.b, peer.b, ratios)
-    print(format_line(outcome), flush=True)
-    return [outcome]
+    return [
+        between_references(
+            writeset,
+            peer,
+            key=f"3.drain.{slots}.writeset-pgqueuer",
+            title="agentrun's write set in raw SQL vs PgQueuer",
+            note="derived from the .writeset and .pgqueuer repetitions, no extra drain",
+        )
+    ]
 
 
 def write_notes(outcomes: list[Outcome]) -> list[str]:

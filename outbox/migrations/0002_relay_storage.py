@@ -16,11 +16,9 @@
 
 from django.db import migrations
 
+from agentrun.db_schema import drop_like_indexes
+
 TABLE = "agentrun_kafka_event_outbox"
-LIKE_INDEXES = {
-    "agentrun_kafka_event_outbox_id_1b18c119_like": "id",
-    "agentrun_kafka_event_outbox_run_id_b0ca2a86_like": "run_id",
-}
 
 
 class Migration(migrations.Migration):
@@ -33,11 +31,10 @@ class Migration(migrations.Migration):
             f"ALTER TABLE {TABLE} RESET (fillfactor, autovacuum_vacuum_scale_factor, "
             "autovacuum_vacuum_threshold, autovacuum_analyze_scale_factor)",
         ),
-        *(
-            migrations.RunSQL(
-                f"DROP INDEX IF EXISTS {name}",
-                f"CREATE INDEX IF NOT EXISTS {name} ON {TABLE} ({column} text_pattern_ops)",
-            )
-            for name, column in LIKE_INDEXES.items()
+        *drop_like_indexes(
+            {
+                "agentrun_kafka_event_outbox_id_1b18c119_like": (TABLE, "id"),
+                "agentrun_kafka_event_outbox_run_id_b0ca2a86_like": (TABLE, "run_id"),
+            }
         ),
     ]

@@ -50,14 +50,20 @@ def fetch_rows(sql: str, params: Params) -> list[tuple[Any, ...]]:
         return list(cursor.fetchall())
 
 
-def fetch_row_sets(statements: Sequence[tuple[str, Params]]) -> list[list[tuple[Any, ...]]]:
+def fetch_row_sets(
+    statements: Sequence[tuple[str, Params]], *, begins: bool = False
+) -> list[list[tuple[Any, ...]]]:
     """Run several statements in one round trip; every row each returned, in order. Each
     is bound client side (`mogrify`, as every statement here is) and they are sent as one
     simple-query string: PostgreSQL runs them in order, in the caller's transaction, each
     with its own snapshot as if sent one by one, and stops at the first that fails (the
-    error is raised). Every statement must return rows (a `SELECT`, a `RETURNING`)."""
+    error is raised). Every statement must return rows (a `SELECT`, a `RETURNING`).
+    `begins`: when they are the first of the outermost atomic block's transaction, its
+    `BEGIN` goes in front of them, as `execute_hot` does it (a batch settle's locks)."""
     with connection.cursor() as cursor:
-        cursor.execute(";\n".join(cursor.mogrify(sql, params) for sql, params in statements))
+        text = ";\n".join(cursor.mogrify(sql, params) for sql, params in statements)
+        if _execute_beginning(cursor, text, None, begins=begins):
+            cursor.nextset()  # past the BEGIN's result
         found = [list(cursor.fetchall())]
         while cursor.nextset():
             found.append(list(cursor.fetchall()))
@@ -296,23 +302,33 @@ def execute_hot(
     if uses is None:
         uses = _uses.setdefault(raw, {})
     text, preparing = _text_to_send(uses, statement, before)
-    begin = begins and _first_of_outermost_block(db, raw)
+    try:
+        _execute_beginning(cursor, text, params, begins=begins)
+    except BaseException:
+        if preparing:
+            uses[statement.name] = UNPREPARED
+        raise
+    if preparing:
+        uses[statement.name] = PREPARED
+    while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
+        pass
+
+
+def _execute_beginning(cursor: Any, text: str, params: Params | None, *, begins: bool) -> bool:
+    """`cursor.execute(text, params)`, with `BEGIN;` in front when `begins` and the text is
+    the first statement of the outermost block's transaction (see `execute_hot`); whether
+    it was put there (its result, then, comes first)."""
+    raw = cursor.db.connection
+    begin = begins and _first_of_outermost_block(cursor.db, raw)
     if begin:
         text = "BEGIN;\n" + text
         raw.autocommit = True
     try:
         cursor.execute(text, params)
-    except BaseException:
-        if preparing:
-            uses[statement.name] = UNPREPARED
-        raise
     finally:
         if begin and raw.info.transaction_status == TransactionStatus.IDLE:
             raw.autocommit = False  # the BEGIN did not take: psycopg sends its own
-    if preparing:
-        uses[statement.name] = PREPARED
-    while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
-        pass
+    return begin
 
 
 def _text_to_send(uses: dict[str, int], statement: Prepared, before: str) -> tuple[str, bool]:

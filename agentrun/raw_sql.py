@@ -36,7 +36,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import DEFERRED, Field, Model
 from psycopg.pq import TransactionStatus
 
 Params = Mapping[str, Any] | Sequence[Any]
@@ -186,15 +186,37 @@ def select_models_sql(model: type[Model], tail: str, *, deferred: tuple[str, ...
 def models_from_rows(
     model: type[M], rows: Iterable[Sequence[Any]], *, deferred: tuple[str, ...] = ()
 ) -> list[M]:
-    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances."""
+    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances: what
+    `model.from_db` makes of them. With deferred fields, each row is spread over the
+    model's fields here, by positions worked out once per shape, where `from_db` tests
+    each field's name against the loaded names on every row (a quarter of a run row's
+    `from_db`; a batch settle reads one run per item, issue 18)."""
     _, names, converters = _select_shape(model, deferred)
+    spread = _spread_of(model, deferred) if deferred else None
     alias, found = connection.alias, []
     for row in rows:
         values = list(row)
         for index, convert in converters:
             values[index] = convert(values[index], None, connection)
+        if spread is not None:
+            all_names, positions, template = spread
+            names, values, loaded = all_names, template.copy(), values
+            for position, value in zip(positions, loaded, strict=True):
+                values[position] = value
         found.append(model.from_db(alias, names, values))
     return found
+
+
+@cache
+def _spread_of(
+    model: type[Model], deferred: tuple[str, ...]
+) -> tuple[list[str], list[int], list[Any]]:
+    """For `models_from_rows`: every field's attribute name, the position among them of
+    each loaded one, and a row of `DEFERRED` (what `Model.from_db` passes for a field not
+    loaded, so `__init__` leaves it unset)."""
+    fields = model._meta.concrete_fields
+    positions = [index for index, field in enumerate(fields) if field.name not in deferred]
+    return [field.attname for field in fields], positions, [DEFERRED] * len(fields)
 
 
 @cache

@@ -172,3 +172,40 @@ def test_inside_a_callers_transaction_the_settle_carries_no_begin() -> None:
     sqls = [query["sql"] for query in captured.captured_queries]
     assert not any(sql.startswith("BEGIN;") for sql in sqls), sqls
     assert complete_intents(completions=completions).dispatched == 1
+
+
+@pytest.mark.django_db
+def test_rows_read_with_deferred_fields_are_what_from_db_makes_of_them() -> None:
+    from agentrun.raw_sql import models_from_rows, select_models_sql
+    from runs.locks import _APPEND_DEFERRED
+
+    command = make_dispatch_command()
+    tail = "WHERE id = %s"
+    for deferred in (_APPEND_DEFERRED, ("workspace_ref", "status"), ()):
+        with connection.cursor() as cursor:
+            cursor.execute(select_models_sql(Run, tail, deferred=deferred), [command.run_id])
+            rows = cursor.fetchall()
+        (read,) = models_from_rows(Run, rows, deferred=deferred)
+        expected = Run.objects.defer(*deferred).get(pk=command.run_id)
+        state = ("_state",)
+        assert {k: v for k, v in vars(read).items() if k not in state} == {
+            k: v for k, v in vars(expected).items() if k not in state
+        }
+        assert read.get_deferred_fields() == expected.get_deferred_fields() == set(deferred)
+        assert (read._state.adding, read._state.db) == (False, "default")
+        assert read.status == expected.status and read.created_at == expected.created_at
+
+
+def test_canonical_json_is_the_sorted_compact_dumps() -> None:
+    import json
+
+    from agentrun.hashing import canonical_json
+
+    for value in [
+        {"b": 1, "a": [1.5, None, True], "ü": {"z": "é", "y": '\n"x"'}},
+        [],
+        "text",
+        {"n": float("inf")},
+    ]:
+        expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert canonical_json(value) == expected

@@ -6,7 +6,9 @@ those modules do with the connection is the same, and is spelled here once.
 
 - `fetch_rows` runs a statement and returns every row it gave back (a `SELECT` or an
   `INSERT`/`UPDATE … RETURNING`);
-- `fetch_row_sets` runs several statements in one round trip and returns each one's rows;
+- `fetch_row_sets` runs several statements in one round trip and returns each one's rows
+  (with the outermost block's BEGIN in front of them when they are its first: a batch
+  settle's locks);
 - `row_count` runs a statement and returns how many rows it changed;
 - `json_param` is the spelling of a batch bound as one JSON text: the connection binds
   parameters client side, and quoting one string costs less than quoting thousands of

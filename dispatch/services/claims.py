@@ -247,7 +247,8 @@ def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     never deadlock), and in the same round trip saves the runner jobs (idempotent on each
     intent's planned runner job id) and sets the outcome of each intent that is still the
     claim's (the write's compare-and-set, which is the intents' lock) and whose run and
-    command have not ended (`dispatch.sql`, `runs.locks.lock_runs_and_commands`); then
+    command have not ended (`dispatch.sql`, `runs.locks.lock_runs_and_commands`, whose
+    string also carries the transaction's BEGIN: three round trips a settle); then
     appends `backend_status {phase: runner-dispatched}` to each written intent's run — all
     of the batch in set-based statements, so a batch costs the same statements whatever
     its size. Refused claims (fenced: run or command ended; stale: re-claimed or settled)

@@ -13,6 +13,8 @@ A revoked or expired key is a 401.
 
 from __future__ import annotations
 
+import base64
+import os
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +27,7 @@ from rest_framework.request import Request
 
 from agentrun import conf, throttle
 from agentrun.hashing import secret_digest
-from agentrun.ids import new_id
+from agentrun.ids import new_id, new_ids
 from agentrun.models import ApiKey, ApiKeyRole
 
 KEY_PREFIX = "ar"
@@ -99,6 +101,20 @@ def mint_key(role: str) -> MintedKey:
         key_prefix=secret[: len(KEY_PREFIX) + len(role) + 8],
         key_digest=secret_digest(secret),
     )
+
+
+def mint_keys(role: str, count: int) -> list[MintedKey]:
+    """`count` keys as `mint_key` makes them (same shapes: `secrets.token_urlsafe(32)` is
+    the unpadded urlsafe base64 of 32 random bytes), from one read of the system's random
+    source for every secret and one for every id: a dispatch claim mints a batch's keys
+    (issue 18, cell 3: ~4 µs a key, half of it the two `getrandom` calls)."""
+    pool, prefix_length = os.urandom(32 * count), len(KEY_PREFIX) + len(role) + 8
+    keys = []
+    for index, key_id in enumerate(new_ids("key", count)):
+        token = base64.urlsafe_b64encode(pool[32 * index : 32 * index + 32]).rstrip(b"=")
+        secret = f"{KEY_PREFIX}_{role}_{token.decode('ascii')}"
+        keys.append(MintedKey(key_id, secret, secret[:prefix_length], secret_digest(secret)))
+    return keys
 
 
 def runner_key_expires_at() -> datetime:

@@ -6,6 +6,7 @@ base32), so ids of one type sort by creation time and are safe to make on any pr
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 
@@ -28,3 +29,15 @@ def new_id(prefix: str) -> str:
     """Return a new id such as `run_01JD3K…` for the given type prefix."""
     millis = time.time_ns() // 1_000_000
     return f"{prefix}_{ulid_digits((millis << 80) | secrets.randbits(80))}"
+
+
+def new_ids(prefix: str, count: int) -> list[str]:
+    """`count` new ids of one type at once, each as `new_id` makes it: one clock read and one
+    read of the system's random source for all of them, where `new_id` pays a `getrandom`
+    call each (~1.5 µs; a dispatch batch mints an event id per item, issue 18 cell 3)."""
+    stamp = (time.time_ns() // 1_000_000) << 80
+    pool = int.from_bytes(os.urandom(10 * count))
+    return [f"{prefix}_{ulid_digits(stamp | (pool >> (80 * i)) & _RANDOM)}" for i in range(count)]
+
+
+_RANDOM = (1 << 80) - 1

@@ -6,7 +6,9 @@ those modules do with the connection is the same, and is spelled here once.
 
 - `fetch_rows` runs a statement and returns every row it gave back (a `SELECT` or an
   `INSERT`/`UPDATE … RETURNING`);
-- `fetch_row_sets` runs several statements in one round trip and returns each one's rows;
+- `fetch_row_sets` runs several statements in one round trip and returns each one's rows
+  (with the outermost block's BEGIN in front of them when they are its first: a batch
+  settle's locks);
 - `row_count` runs a statement and returns how many rows it changed;
 - `json_param` is the spelling of a batch bound as one JSON text: the connection binds
   parameters client side, and quoting one string costs less than quoting thousands of
@@ -36,7 +38,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import DEFERRED, Field, Model
 from psycopg.pq import TransactionStatus
 
 Params = Mapping[str, Any] | Sequence[Any]
@@ -50,14 +52,20 @@ def fetch_rows(sql: str, params: Params) -> list[tuple[Any, ...]]:
         return list(cursor.fetchall())
 
 
-def fetch_row_sets(statements: Sequence[tuple[str, Params]]) -> list[list[tuple[Any, ...]]]:
+def fetch_row_sets(
+    statements: Sequence[tuple[str, Params]], *, begins: bool = False
+) -> list[list[tuple[Any, ...]]]:
     """Run several statements in one round trip; every row each returned, in order. Each
     is bound client side (`mogrify`, as every statement here is) and they are sent as one
     simple-query string: PostgreSQL runs them in order, in the caller's transaction, each
     with its own snapshot as if sent one by one, and stops at the first that fails (the
-    error is raised). Every statement must return rows (a `SELECT`, a `RETURNING`)."""
+    error is raised). Every statement must return rows (a `SELECT`, a `RETURNING`).
+    `begins`: when they are the first of the outermost atomic block's transaction, its
+    `BEGIN` goes in front of them, as `execute_hot` does it (a batch settle's locks)."""
     with connection.cursor() as cursor:
-        cursor.execute(";\n".join(cursor.mogrify(sql, params) for sql, params in statements))
+        text = ";\n".join(cursor.mogrify(sql, params) for sql, params in statements)
+        if _execute_beginning(cursor, text, None, begins=begins):
+            cursor.nextset()  # past the BEGIN's result
         found = [list(cursor.fetchall())]
         while cursor.nextset():
             found.append(list(cursor.fetchall()))
@@ -180,15 +188,37 @@ def select_models_sql(model: type[Model], tail: str, *, deferred: tuple[str, ...
 def models_from_rows(
     model: type[M], rows: Iterable[Sequence[Any]], *, deferred: tuple[str, ...] = ()
 ) -> list[M]:
-    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances."""
+    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances: what
+    `model.from_db` makes of them. With deferred fields, each row is spread over the
+    model's fields here, by positions worked out once per shape, where `from_db` tests
+    each field's name against the loaded names on every row (a quarter of a run row's
+    `from_db`; a batch settle reads one run per item, issue 18)."""
     _, names, converters = _select_shape(model, deferred)
+    spread = _spread_of(model, deferred) if deferred else None
     alias, found = connection.alias, []
     for row in rows:
         values = list(row)
         for index, convert in converters:
             values[index] = convert(values[index], None, connection)
+        if spread is not None:
+            all_names, positions, template = spread
+            names, values, loaded = all_names, template.copy(), values
+            for position, value in zip(positions, loaded, strict=True):
+                values[position] = value
         found.append(model.from_db(alias, names, values))
     return found
+
+
+@cache
+def _spread_of(
+    model: type[Model], deferred: tuple[str, ...]
+) -> tuple[list[str], list[int], list[Any]]:
+    """For `models_from_rows`: every field's attribute name, the position among them of
+    each loaded one, and a row of `DEFERRED` (what `Model.from_db` passes for a field not
+    loaded, so `__init__` leaves it unset)."""
+    fields = model._meta.concrete_fields
+    positions = [index for index, field in enumerate(fields) if field.name not in deferred]
+    return [field.attname for field in fields], positions, [DEFERRED] * len(fields)
 
 
 @cache
@@ -296,23 +326,33 @@ def execute_hot(
     if uses is None:
         uses = _uses.setdefault(raw, {})
     text, preparing = _text_to_send(uses, statement, before)
-    begin = begins and _first_of_outermost_block(db, raw)
+    try:
+        _execute_beginning(cursor, text, params, begins=begins)
+    except BaseException:
+        if preparing:
+            uses[statement.name] = UNPREPARED
+        raise
+    if preparing:
+        uses[statement.name] = PREPARED
+    while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
+        pass
+
+
+def _execute_beginning(cursor: Any, text: str, params: Params | None, *, begins: bool) -> bool:
+    """`cursor.execute(text, params)`, with `BEGIN;` in front when `begins` and the text is
+    the first statement of the outermost block's transaction (see `execute_hot`); whether
+    it was put there (its result, then, comes first)."""
+    raw = cursor.db.connection
+    begin = begins and _first_of_outermost_block(cursor.db, raw)
     if begin:
         text = "BEGIN;\n" + text
         raw.autocommit = True
     try:
         cursor.execute(text, params)
-    except BaseException:
-        if preparing:
-            uses[statement.name] = UNPREPARED
-        raise
     finally:
         if begin and raw.info.transaction_status == TransactionStatus.IDLE:
             raw.autocommit = False  # the BEGIN did not take: psycopg sends its own
-    if preparing:
-        uses[statement.name] = PREPARED
-    while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
-        pass
+    return begin
 
 
 def _text_to_send(uses: dict[str, int], statement: Prepared, before: str) -> tuple[str, bool]:

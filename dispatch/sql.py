@@ -119,8 +119,17 @@ class DispatchedJob:
     columns: dict[str, Any]
 
     def row(self) -> dict[str, Any]:
-        fields = {name: value for name, value in vars(self).items() if name != "columns"}
-        return {**self.columns, **fields}
+        return {
+            **self.columns,
+            "intent_id": self.intent_id,
+            "lease_owner": self.lease_owner,
+            "attempt_count": self.attempt_count,
+            "id": self.id,
+            "run_id": self.run_id,
+            "payload_hash": self.payload_hash,
+            "result": self.result,
+            "outcome": self.outcome,
+        }
 
 
 @dataclass(frozen=True)

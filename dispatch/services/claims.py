@@ -21,15 +21,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from agentrun.auth import mint_key, runner_key_expires_at
+from agentrun.auth import mint_keys, runner_key_expires_at
 from agentrun.errors import AgentRunError, not_found
+from agentrun.hashing import stable_hash
 from agentrun.models import ApiKeyRole
 from agentrun.redaction import redact_json
 from dispatch.intents import fence_open_intents_locked
@@ -51,7 +52,6 @@ from runs.services.event_log import (
     append_events_to_runs_locked,
     commit_appends,
 )
-from runs.services.runners import RunnerJobSpec
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class IntentClaim:
             backend_profile=row["backend_profile"],
             tenant_id=row["tenant_id"],
             options=_json_object(row["input"]),
-            capacity_limit=capacity_limit(_json_object(row.get("capacity"))),
+            capacity_limit=_capacity_limit(row.get("capacity")),
             session_id=row.get("session_id"),
         )
 
@@ -97,6 +97,20 @@ def _json_object(value: Any) -> dict[str, Any]:
     """Django's psycopg set-up hands raw `jsonb` back as text; fields decode it, raw SQL must."""
     decoded = json.loads(value) if isinstance(value, str) else value
     return decoded if isinstance(decoded, dict) else {}
+
+
+def _capacity_limit(capacity: Any) -> int | None:
+    """`capacity_limit` of a claimed row's profile `capacity` (the jsonb's text, as raw SQL
+    returns it): every claim of a batch names the same few profiles, so the text's limit
+    is decoded once (a pure function of the text; bounded by the profiles there are)."""
+    if isinstance(capacity, str):
+        return _capacity_limit_of_text(capacity)
+    return capacity_limit(_json_object(capacity))
+
+
+@lru_cache(maxsize=256)
+def _capacity_limit_of_text(text: str) -> int | None:
+    return capacity_limit(_json_object(text))
 
 
 class StaleClaimError(AgentRunError):
@@ -156,7 +170,7 @@ def claim_intents_with_keys(
     first launch counts (bench cell 4); a key whose launch does not happen is revoked by
     the dispatcher, as one whose launch fails always was. Must be called outside a
     transaction: the statement commits on its own, before any launch."""
-    minted = [mint_key(ApiKeyRole.RUNNER) for _ in range(max(1, min(limit, 500)))]
+    minted = mint_keys(ApiKeyRole.RUNNER, max(1, min(limit, 500)))
     rows = claim_due_intents_with_keys(
         owner=owner, lease_ms=lease_ms, keys=minted, expires_at=runner_key_expires_at()
     )
@@ -233,7 +247,8 @@ def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
     never deadlock), and in the same round trip saves the runner jobs (idempotent on each
     intent's planned runner job id) and sets the outcome of each intent that is still the
     claim's (the write's compare-and-set, which is the intents' lock) and whose run and
-    command have not ended (`dispatch.sql`, `runs.locks.lock_runs_and_commands`); then
+    command have not ended (`dispatch.sql`, `runs.locks.lock_runs_and_commands`, whose
+    string also carries the transaction's BEGIN: three round trips a settle); then
     appends `backend_status {phase: runner-dispatched}` to each written intent's run — all
     of the batch in set-based statements, so a batch costs the same statements whatever
     its size. Refused claims (fenced: run or command ended; stale: re-claimed or settled)
@@ -300,18 +315,22 @@ def _dispatched_payload(item: Completion, runner_job_id: str) -> dict[str, Any]:
 
 
 def _dispatched_job(claim: IntentClaim, launched: Launched) -> DispatchedJob:
-    """The runner job row of a launched claim, under the claim's planned id."""
-    spec = RunnerJobSpec(
-        command_id=claim.command_id,
-        attempt_id=f"{claim.id}:{claim.attempt_count}",
-        runner_id=launched.runner_id,
-        namespace=launched.namespace,
-        job_name=launched.job_name,
-        manager_url=launched.manager_url,
-        image=launched.image,
-        source_commit=launched.source_commit,
-        service_account_name=launched.details.get("service_account_name"),
-    )
+    """The runner job row of a launched claim, under the claim's planned id. Its columns are
+    a `RunnerJobSpec`'s fields but the result, and its hash is the spec's `payload_hash()`
+    (`stable_hash` of those fields), spelled as one dict: the spec's frozen dataclass and
+    the copies of it were half of this per item (issue 18, bench cell 3; a test pins the
+    two equal)."""
+    columns = {
+        "command_id": claim.command_id,
+        "attempt_id": f"{claim.id}:{claim.attempt_count}",
+        "runner_id": launched.runner_id,
+        "namespace": launched.namespace,
+        "job_name": launched.job_name,
+        "manager_url": launched.manager_url,
+        "image": launched.image,
+        "source_commit": launched.source_commit,
+        "service_account_name": launched.details.get("service_account_name"),
+    }
     result = {"launcher": launched.launcher, "outcome": launched.outcome, **launched.details}
     return DispatchedJob(
         intent_id=claim.id,
@@ -319,10 +338,10 @@ def _dispatched_job(claim: IntentClaim, launched: Launched) -> DispatchedJob:
         attempt_count=claim.attempt_count,
         id=claim.runner_job_id,
         run_id=claim.run_id,
-        payload_hash=spec.payload_hash(),
+        payload_hash=stable_hash(columns),
         result=redact_json(result),
         outcome=launched.outcome,
-        columns={name: value for name, value in vars(spec).items() if name != "result"},
+        columns=columns,
     )
 
 

@@ -12,7 +12,7 @@ as an on-commit hook.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +22,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError, conflict, stale_lease
-from agentrun.ids import new_id
+from agentrun.ids import new_ids
 from agentrun.metrics import count_events_on_commit
 from agentrun.redaction import redact_json
 from outbox.cloudevents import partition_key_for
@@ -137,11 +137,16 @@ def _event_rows(
     run: Run, events: list[NewEvent], *, now: datetime, runner_id: str | None = None
 ) -> list[Event]:
     """The events to append, each with its offset in the run's batch as a provisional seq
-    (`_store` adds the run's last seq once the statement read it)."""
+    (`_store` adds the run's last seq once the statement read it). Built as `from_db`
+    builds a row (positional values in field order, the run cached as `Event(run=run)`
+    caches it), with the ids minted together: the keyword constructor and an id each were
+    half of this per event (issue 18, bench cell 3's batch settle)."""
     rows = []
-    for offset, new in enumerate(events, start=1):
+    late = runner_id is not None and run.status == RunStatus.CANCELLED
+    ids = new_ids("evt", len(events))
+    for offset, (new, event_id) in enumerate(zip(events, ids, strict=True), start=1):
         event_type, payload = new.type, new.payload
-        if runner_id is not None and run.status == RunStatus.CANCELLED:
+        if late:
             event_type = "backend_status"
             payload = late_write_payload(
                 run,
@@ -151,17 +156,15 @@ def _event_rows(
                 rejected_type=new.type,
                 rejected_payload=new.payload,
             )
-        rows.append(
-            Event(
-                id=new_id("evt"),
-                run=run,
-                seq=offset,
-                type=event_type,
-                payload=redact_json(payload),
-                created_at=now,
-            )
-        )
+        event = _event_of_values(event_id, run.id, offset, event_type, redact_json(payload), now)
+        _cache_run(event, run)
+        rows.append(event)
     return rows
+
+
+# `Event(*values)`: the values in field order (id, run_id, seq, type, payload, created_at).
+_event_of_values: Callable[..., Event] = Event
+_cache_run = Event.run.field.set_cached_value  # what `Event(run=run)` does with the run
 
 
 def _store(per_run: list[list[Event]], *, prepare: bool = False) -> None:

@@ -43,26 +43,29 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     with psycopg_commands() as sent, CaptureQueriesContext(connection) as settle:
         outcome = complete_intents(completions=completions)
     assert len(outcome.completed) == size
-    # Four round trips: BEGIN; the locks (every run, then every command) and after them
-    # the jobs + intents write (`dispatch.sql`: the intents' lock is its compare-and-set,
-    # no SELECT of their own since issue 18), three statements in one string
-    # (`runs.locks.lock_runs_and_commands`); the events' append (no webhook endpoint here,
-    # so no delivery INSERT); the COMMIT and, after it, the runs' NOTIFY in one string
-    # (`runs.services.event_log.commit_appends`). Then Django logs its own COMMIT, which
-    # psycopg does not send. Until issue 18's seventh round they were seven: the locks
-    # and the write a round trip each, the NOTIFY one after the COMMIT.
+    # Three round trips: the BEGIN, the locks (every run, then every command) and after
+    # them the jobs + intents write (`dispatch.sql`: the intents' lock is its
+    # compare-and-set, no SELECT of their own since issue 18), four statements in one
+    # string (`runs.locks.lock_runs_and_commands`, `agentrun.raw_sql.fetch_row_sets`); the
+    # events' append (no webhook endpoint here, so no delivery INSERT); the COMMIT and,
+    # after it, the runs' NOTIFY in one string (`runs.services.event_log.commit_appends`).
+    # Django logs the BEGIN of its block and its own COMMIT, neither of which psycopg
+    # sends. Until issue 18's seventh round they were seven: the BEGIN, the locks and the
+    # write a round trip each, the NOTIFY one after the COMMIT; until its eighth, four
+    # (the BEGIN psycopg's own).
     sqls = [query["sql"] for query in settle.captured_queries]
-    assert _statements(settle) == ["BEGIN", "SELECT", "WITH", "COMMIT;", "COMMIT"], sqls
+    assert _statements(settle) == ["BEGIN", "BEGIN;", "WITH", "COMMIT;", "COMMIT"], sqls
     locks = sqls[1].split(";\n")
-    assert len(locks) == 3, locks
-    assert locks[0].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[0]
-    assert locks[1].startswith("SELECT") and "FROM agentrun_commands" in locks[1]
+    assert len(locks) == 4, locks
+    assert locks[0] == "BEGIN"
+    assert locks[1].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[1]
+    assert locks[2].startswith("SELECT") and "FROM agentrun_commands" in locks[2]
     assert (
-        locks[2].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[2]
+        locks[3].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[3]
     )
     assert sqls[2].startswith("WITH base")  # the events' append
     assert sqls[3].startswith("COMMIT;\n") and "pg_notify" in sqls[3]
-    assert sent == [b"BEGIN"]  # psycopg sent no COMMIT of its own
+    assert sent == []  # psycopg sent no BEGIN nor COMMIT of its own
     assert RunnerJob.objects.count() == size
     dispatched = RunnerDispatchIntent.objects.filter(state="dispatched")
     assert sorted(dispatched.values_list("actual_runner_job_id", flat=True)) == sorted(

@@ -21,7 +21,8 @@ those modules do with the connection is the same, and is spelled here once.
   by the caller, in its app's `locks.py`;
 - `execute_hot` runs a hot path's statement prepared (SQL `PREPARE`/`EXECUTE`, from a
   connection's second use of it on), and a transaction's first statement with the BEGIN
-  in front of it: a runner's append (see there).
+  in front of it: a runner's append (see there). It and `execute_raw` run on the psycopg
+  connection, not through Django's cursor wrapper.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 
 Params = Mapping[str, Any] | Sequence[Any]
 M = TypeVar("M", bound=Model)
@@ -160,11 +162,12 @@ def read_models(
     `hot`: run by `execute_hot` under that label (prepared, and carrying the BEGIN of the
     outermost block's transaction when it is its first statement)."""
     sql = select_models_sql(model, tail, deferred=deferred)
+    if hot:
+        db = default_connection()
+        rows = execute_hot(db, prepared(hot, sql), params, begins=True)
+        return models_from_rows(model, rows, deferred=deferred, db=db)
     with connection.cursor() as cursor:
-        if hot:
-            execute_hot(cursor, prepared(hot, sql), params, begins=True)
-        else:
-            cursor.execute(sql, params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     return models_from_rows(model, rows, deferred=deferred)
 
@@ -178,15 +181,21 @@ def select_models_sql(model: type[Model], tail: str, *, deferred: tuple[str, ...
 
 
 def models_from_rows(
-    model: type[M], rows: Iterable[Sequence[Any]], *, deferred: tuple[str, ...] = ()
+    model: type[M],
+    rows: Iterable[Sequence[Any]],
+    *,
+    deferred: tuple[str, ...] = (),
+    db: BaseDatabaseWrapper | None = None,
 ) -> list[M]:
-    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances."""
+    """The rows of `select_models_sql(model, …, deferred=deferred)` as instances. `db`: the
+    default connection, when the caller has it at hand (`default_connection`)."""
     _, names, converters = _select_shape(model, deferred)
-    alias, found = connection.alias, []
+    db = db or default_connection()
+    alias, found = db.alias, []
     for row in rows:
         values = list(row)
         for index, convert in converters:
-            values[index] = convert(values[index], None, connection)
+            values[index] = convert(values[index], None, db)
         found.append(model.from_db(alias, names, values))
     return found
 
@@ -218,8 +227,24 @@ def _select_shape(
 # client side and never prepares (`prepare_threshold` is None, so that poolers in
 # transaction mode work; agentrun's README asks for session mode), so these statements
 # are prepared in SQL: `PREPARE <name> AS …` once per connection, then `EXECUTE
-# <name>(…)`, the arguments bound client side as every other statement's. Through
-# Django's cursor, so its query log and error wrapping see them as any other.
+# <name>(…)`, the arguments bound client side as every other statement's.
+#
+# They run on the psycopg connection under Django's (`execute_raw`), not through Django's
+# cursor: once the server's work was cut so, the client's was what was left, and Django's
+# cursor wrapper and connection proxy were ~15 % of an append's Python CPU (a cursor and
+# its wrapper made and closed per statement, a proxy lookup and an async-safety check per
+# call; bench cell 1, issue 18, eighth round). What of Django's cursor matters is kept:
+# the same error translation (`wrap_database_errors`, so a failure is Django's
+# `DatabaseError` and marks the connection as Django's would), the refusal in a broken
+# transaction, the health check and connect; with queries logged (DEBUG, a test's
+# `CaptureQueriesContext`) or an execution wrapper installed, the statement goes through
+# Django's wrapper of the same cursor, so the log and the wrappers see it as any other.
+
+
+def default_connection() -> BaseDatabaseWrapper:
+    """This thread's connection of the default database, looked up once: a hot path passes
+    it on (each `django.db.connection.<attribute>` is a lookup of its own)."""
+    return connections[DEFAULT_DB_ALIAS]
 
 
 @dataclass(frozen=True)
@@ -261,21 +286,73 @@ def prepared(label: str, sql: str) -> Prepared:
     return Prepared(name, sql, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}")
 
 
-# Per open connection (a new one has none): how many times each statement ran unprepared,
-# or PREPARED, or UNPREPARED for good (its PREPARE's string failed: whether the PREPARE
-# took is unknown, so the name is never sent again on that connection).
-_uses: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+@dataclass
+class _Hot:
+    """What the hot path keeps per open connection (a new one starts with nothing): one
+    cursor of it, reused by every statement, and how many times each statement ran
+    unprepared, or PREPARED, or UNPREPARED for good (its PREPARE's string failed: whether
+    the PREPARE took is unknown, so the name is never sent again on that connection)."""
+
+    raw: Any  # the psycopg connection
+    cursor: Any
+    uses: dict[str, int]
+
+
+# Keyed by Django's connection object (one per thread and alias), not by the psycopg
+# connection: the cursor refers to the latter, which a weak key must not be referred to by
+# its own value. A reconnect is seen by `raw` no longer being Django's.
+_hot: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Hot] = weakref.WeakKeyDictionary()
 PREPARED, UNPREPARED = -1, -2
 
 
+def _hot_of(db: BaseDatabaseWrapper) -> _Hot:
+    """`db`'s connection, opened (and health-checked) as Django's `cursor()` does."""
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    hot = _hot.get(db)
+    if hot is None or hot.raw is not db.connection:
+        with db.wrap_database_errors:
+            hot = _hot[db] = _Hot(db.connection, db.create_cursor(), {})
+    return hot
+
+
+def execute_raw(db: BaseDatabaseWrapper, sql: str, params: Params) -> list[tuple[Any, ...]]:
+    """Run `sql` (one statement, or several in one string) on `db`'s psycopg connection, as
+    Django's cursor would but without its wrapper (see above); the rows of its last
+    statement (none when that returns none)."""
+    return _run(db, _hot_of(db).cursor, sql, params)
+
+
+def _run(db: BaseDatabaseWrapper, cursor: Any, text: str, params: Params) -> list[Any]:
+    if db.queries_logged or db.execute_wrappers:
+        wrapped = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+        wrapped.execute(text, params)
+    else:
+        db.validate_no_broken_transaction()
+        with db.wrap_database_errors:
+            cursor.execute(text, params)
+    with db.wrap_database_errors:
+        while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
+            pass
+        # The result's status, not `description` (which builds a column object per column).
+        result = cursor.pgresult
+        return cursor.fetchall() if result and result.status == ExecStatus.TUPLES_OK else []
+
+
 def execute_hot(
-    cursor: Any, statement: Prepared, params: Params, *, begins: bool = False, before: str = ""
-) -> None:
-    """Run `statement` on `cursor` (Django's), in one round trip, leaving the cursor on its
-    result. Per connection: the first time as it is; the second, `PREPARE` then `EXECUTE`
-    in one string (so a connection opened per request never pays a PREPARE it will not
-    use again); from then on `EXECUTE`. `before`: statements for the same string, sent
-    only with a prepared one (`runs.sql`'s plan mode).
+    db: BaseDatabaseWrapper,
+    statement: Prepared,
+    params: Params,
+    *,
+    begins: bool = False,
+    before: str = "",
+) -> list[tuple[Any, ...]]:
+    """Run `statement` on `db` (`execute_raw`), in one round trip; its rows. Per
+    connection: the first time as it is; the second, `PREPARE` then `EXECUTE` in one
+    string (so a connection opened per request never pays a PREPARE it will not use
+    again); from then on `EXECUTE`. `before`: statements for the same string, sent only
+    with a prepared one (`runs.sql`'s plan mode).
 
     `begins`: when the statement is the first of the outermost atomic block's
     transaction, `BEGIN` goes in front of it. psycopg starts a Django block's transaction
@@ -290,18 +367,15 @@ def execute_hot(
     statement carries a BEGIN: inside a caller's transaction (a savepoint, a test's block)
     the connection is not idle, and the statement runs as it is. If the string fails
     before its BEGIN took (the connection still idle), the flag is put back."""
-    db = cursor.db
-    raw = db.connection
-    uses = _uses.get(raw)
-    if uses is None:
-        uses = _uses.setdefault(raw, {})
+    hot = _hot_of(db)
+    raw, uses = hot.raw, hot.uses
     text, preparing = _text_to_send(uses, statement, before)
     begin = begins and _first_of_outermost_block(db, raw)
     if begin:
         text = "BEGIN;\n" + text
         raw.autocommit = True
     try:
-        cursor.execute(text, params)
+        rows = _run(db, hot.cursor, text, params)
     except BaseException:
         if preparing:
             uses[statement.name] = UNPREPARED
@@ -311,8 +385,7 @@ def execute_hot(
             raw.autocommit = False  # the BEGIN did not take: psycopg sends its own
     if preparing:
         uses[statement.name] = PREPARED
-    while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
-        pass
+    return rows
 
 
 def _text_to_send(uses: dict[str, int], statement: Prepared, before: str) -> tuple[str, bool]:
@@ -328,7 +401,7 @@ def _text_to_send(uses: dict[str, int], statement: Prepared, before: str) -> tup
     return statement.sql, False
 
 
-def _first_of_outermost_block(db: Any, raw: Any) -> bool:
+def _first_of_outermost_block(db: BaseDatabaseWrapper, raw: Any) -> bool:
     """Whether psycopg would send a BEGIN before the connection's next statement for the
     outermost atomic block (and a plain one: no isolation level or access mode set)."""
     return (

@@ -145,13 +145,13 @@ def test_inside_a_callers_transaction_the_lock_carries_no_begin() -> None:
 def test_a_prepare_that_fails_leaves_the_statement_unprepared_on_that_connection() -> None:
     statement = raw_sql.prepared("test_failing", "SELECT 1 / %s::int")
     connection.close()
-    with transaction.atomic(), connection.cursor() as cursor:
-        raw_sql.execute_hot(cursor, statement, [1])  # as it is
-    with pytest.raises(DataError), transaction.atomic(), connection.cursor() as cursor:
-        raw_sql.execute_hot(cursor, statement, [0])  # PREPARE and EXECUTE: division by zero
-    with CaptureQueriesContext(connection) as captured, connection.cursor() as cursor:
-        raw_sql.execute_hot(cursor, statement, [2])
-        assert cursor.fetchall() == [(0,)]
+    db = raw_sql.default_connection()
+    with transaction.atomic():
+        raw_sql.execute_hot(db, statement, [1])  # as it is
+    with pytest.raises(DataError), transaction.atomic():
+        raw_sql.execute_hot(db, statement, [0])  # PREPARE and EXECUTE: division by zero
+    with CaptureQueriesContext(connection) as captured:
+        assert raw_sql.execute_hot(db, statement, [2]) == [(0,)]
     assert captured.captured_queries[0]["sql"] == "SELECT 1 / 2::int"  # never PREPAREd again
 
 

@@ -21,8 +21,8 @@ those modules do with the connection is the same, and is spelled here once.
   by the caller, in its app's `locks.py`;
 - `execute_hot` runs a hot path's statement prepared (SQL `PREPARE`/`EXECUTE`, from a
   connection's second use of it on), and a transaction's first statement with the BEGIN
-  in front of it: a runner's append (see there). It and `execute_raw` run on the psycopg
-  connection, not through Django's cursor wrapper.
+  in front of it: a runner's append (see there). It runs on the psycopg connection, not
+  through Django's cursor wrapper.
 """
 
 from __future__ import annotations
@@ -229,11 +229,11 @@ def _select_shape(
 # are prepared in SQL: `PREPARE <name> AS …` once per connection, then `EXECUTE
 # <name>(…)`, the arguments bound client side as every other statement's.
 #
-# They run on the psycopg connection under Django's (`execute_raw`), not through Django's
-# cursor: once the server's work was cut so, the client's was what was left, and Django's
-# cursor wrapper and connection proxy were ~15 % of an append's Python CPU (a cursor and
-# its wrapper made and closed per statement, a proxy lookup and an async-safety check per
-# call; bench cell 1, issue 18, eighth round). What of Django's cursor matters is kept:
+# They run on the psycopg connection under Django's, not through Django's cursor: once the
+# server's work was cut so, the client's was what was left, and Django's cursor wrapper and
+# connection proxy were ~15 % of an append's Python CPU (a cursor and its wrapper made and
+# closed per statement, a proxy lookup and an async-safety check per call; bench cell 1,
+# issue 18, eighth round). What of Django's cursor matters is kept:
 # the same error translation (`wrap_database_errors`, so a failure is Django's
 # `DatabaseError` and marks the connection as Django's would), the refusal in a broken
 # transaction, the health check and connect; with queries logged (DEBUG, a test's
@@ -254,7 +254,16 @@ class Prepared:
     name: str  # `<label>_<digest of the text>`: each text its own statement
     sql: str  # as given, `%s` or `%(key)s` placeholders
     prepare_sql: str  # `PREPARE <name> AS <sql with $n placeholders>`
-    execute_sql: str  # `EXECUTE <name>(%s, …)` (or `%(key)s, …`), bound client side
+    execute_sql: str  # `EXECUTE <name>(%s, …)`, bound client side
+    keys: tuple[str, ...]  # `sql`'s `%(key)s` names, in the order of the EXECUTE's `%s`
+
+    def arguments(self, params: Params) -> Params:
+        """The EXECUTE's parameters: `params` by position (binding a mapping by name cost
+        psycopg twice as much as a list)."""
+        if not self.keys:
+            return params
+        assert isinstance(params, Mapping)
+        return [params[key] for key in self.keys]
 
 
 _NAMED = re.compile(r"%\((\w+)\)s")
@@ -274,35 +283,42 @@ def prepared(label: str, sql: str) -> Prepared:
         return f"${keys.index(match.group(1)) + 1}"
 
     body = _NAMED.sub(number, sql)
-    holes = [f"%({key})s" for key in keys]
+    count = len(keys)
     if not keys:
         count = len(_POSITIONAL.findall(sql))
         numbers = iter(range(1, count + 1))
         body = _POSITIONAL.sub(lambda _: f"${next(numbers)}", sql)
-        holes = ["%s"] * count
-    arguments = f"({', '.join(holes)})" if holes else ""
+    arguments = f"({', '.join(['%s'] * count)})" if count else ""
     # The PREPARE goes in the same string as the EXECUTE (bound with its parameters), so
     # its own `%%` stay as they are.
-    return Prepared(name, sql, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}")
+    return Prepared(
+        name, sql, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}", tuple(keys)
+    )
+
+
+# Per open connection (a new one has none; a pooled one keeps its own between lends): how
+# many times each statement ran unprepared, or PREPARED, or UNPREPARED for good (its
+# PREPARE's string failed: whether the PREPARE took is unknown, so the name is never sent
+# again on that connection).
+_uses: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+PREPARED, UNPREPARED = -1, -2
 
 
 @dataclass
 class _Hot:
-    """What the hot path keeps per open connection (a new one starts with nothing): one
-    cursor of it, reused by every statement, and how many times each statement ran
-    unprepared, or PREPARED, or UNPREPARED for good (its PREPARE's string failed: whether
-    the PREPARE took is unknown, so the name is never sent again on that connection)."""
+    """The psycopg connection that Django's connection has open, one cursor of it (reused
+    by every hot statement) and the connection's `_uses`."""
 
-    raw: Any  # the psycopg connection
+    raw: Any
     cursor: Any
     uses: dict[str, int]
 
 
 # Keyed by Django's connection object (one per thread and alias), not by the psycopg
-# connection: the cursor refers to the latter, which a weak key must not be referred to by
-# its own value. A reconnect is seen by `raw` no longer being Django's.
+# connection, which the cursor refers to (a weak key must not be referred to by its own
+# value). A new psycopg connection (a reconnect, another one lent by the pool) is seen by
+# `raw` no longer being Django's.
 _hot: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Hot] = weakref.WeakKeyDictionary()
-PREPARED, UNPREPARED = -1, -2
 
 
 def _hot_of(db: BaseDatabaseWrapper) -> _Hot:
@@ -310,21 +326,19 @@ def _hot_of(db: BaseDatabaseWrapper) -> _Hot:
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
+    raw = db.connection
     hot = _hot.get(db)
-    if hot is None or hot.raw is not db.connection:
+    if hot is None or hot.raw is not raw:
+        uses = _uses.get(raw)
+        if uses is None:
+            uses = _uses.setdefault(raw, {})
         with db.wrap_database_errors:
-            hot = _hot[db] = _Hot(db.connection, db.create_cursor(), {})
+            hot = _hot[db] = _Hot(raw, db.create_cursor(), uses)
     return hot
 
 
-def execute_raw(db: BaseDatabaseWrapper, sql: str, params: Params) -> list[tuple[Any, ...]]:
-    """Run `sql` (one statement, or several in one string) on `db`'s psycopg connection, as
-    Django's cursor would but without its wrapper (see above); the rows of its last
-    statement (none when that returns none)."""
-    return _run(db, _hot_of(db).cursor, sql, params)
-
-
 def _run(db: BaseDatabaseWrapper, cursor: Any, text: str, params: Params) -> list[Any]:
+    """`text` on `cursor` (a psycopg cursor of `db`'s connection); its last result's rows."""
     if db.queries_logged or db.execute_wrappers:
         wrapped = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
         wrapped.execute(text, params)
@@ -347,12 +361,15 @@ def execute_hot(
     *,
     begins: bool = False,
     before: str = "",
+    head: str = "",
 ) -> list[tuple[Any, ...]]:
-    """Run `statement` on `db` (`execute_raw`), in one round trip; its rows. Per
+    """Run `statement` on `db`'s psycopg connection, as Django's cursor would but without its
+    wrapper (see above), in one round trip; the rows of the string's last statement. Per
     connection: the first time as it is; the second, `PREPARE` then `EXECUTE` in one
     string (so a connection opened per request never pays a PREPARE it will not use
     again); from then on `EXECUTE`. `before`: statements for the same string, sent only
-    with a prepared one (`runs.sql`'s plan mode).
+    with a prepared one (`runs.sql`'s plan mode). `head`: statements sent in front of it
+    every time (`runs.sql`'s COMMIT before its NOTIFY).
 
     `begins`: when the statement is the first of the outermost atomic block's
     transaction, `BEGIN` goes in front of it. psycopg starts a Django block's transaction
@@ -369,13 +386,13 @@ def execute_hot(
     before its BEGIN took (the connection still idle), the flag is put back."""
     hot = _hot_of(db)
     raw, uses = hot.raw, hot.uses
-    text, preparing = _text_to_send(uses, statement, before)
+    text, params, preparing = _text_to_send(uses, statement, params, before)
     begin = begins and _first_of_outermost_block(db, raw)
     if begin:
         text = "BEGIN;\n" + text
         raw.autocommit = True
     try:
-        rows = _run(db, hot.cursor, text, params)
+        rows = _run(db, hot.cursor, head + text, params)
     except BaseException:
         if preparing:
             uses[statement.name] = UNPREPARED
@@ -388,17 +405,20 @@ def execute_hot(
     return rows
 
 
-def _text_to_send(uses: dict[str, int], statement: Prepared, before: str) -> tuple[str, bool]:
-    """The text of this use of `statement` on the connection of `uses`, and whether it
-    prepares it."""
+def _text_to_send(
+    uses: dict[str, int], statement: Prepared, params: Params, before: str
+) -> tuple[str, Params, bool]:
+    """The text of this use of `statement` on the connection of `uses`, its parameters,
+    and whether it prepares it."""
     used = uses.get(statement.name, 0)
     if used == PREPARED:
-        return before + statement.execute_sql, False
+        return before + statement.execute_sql, statement.arguments(params), False
     if used == 1:
-        return f"{before}{statement.prepare_sql};\n{statement.execute_sql}", True
+        text = f"{before}{statement.prepare_sql};\n{statement.execute_sql}"
+        return text, statement.arguments(params), True
     if used != UNPREPARED:
         uses[statement.name] = used + 1
-    return statement.sql, False
+    return statement.sql, params, False
 
 
 def _first_of_outermost_block(db: BaseDatabaseWrapper, raw: Any) -> bool:

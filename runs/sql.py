@@ -45,7 +45,6 @@ from agentrun.raw_sql import (
     RowWrite,
     default_connection,
     execute_hot,
-    execute_raw,
     mark_inserted,
     prepared,
     write_ctes,
@@ -234,17 +233,20 @@ def commit_and_notify_runs_changed(
     outbox_keys: list[str] | None = None,
 ) -> None:
     """COMMIT the connection's transaction, then `notify_runs_changed`, in one round trip:
-    one simple-query string, `COMMIT; SELECT … pg_notify(…)` (Django binds client side,
-    so the parameters are in the text and PostgreSQL runs the two statements in order).
+    one simple-query string, `COMMIT; SELECT … pg_notify(…)` (bound client side, so the
+    parameters are in the text and PostgreSQL runs the statements in order); the NOTIFY's
+    statement prepared as the append's others are (`agentrun.raw_sql.execute_hot`: `COMMIT;
+    EXECUTE …` from a connection's third append on), which spares the backend its parse
+    and plan (a third of that statement's CPU, measured alone).
     The NOTIFY runs in a transaction of its own after the COMMIT (PostgreSQL starts an
     implicit one for the rest of the string), never in the append's: the append's commit
     takes no notify lock. If the COMMIT fails the NOTIFY is not run. The caller must be
     the outermost transaction's last statement; psycopg then finds the transaction ended,
     so Django's own commit sends nothing (`runs.services.event_log.commit_appends`). `db`:
     the default connection (`agentrun.raw_sql.default_connection`); the string is sent on
-    its psycopg connection (`agentrun.raw_sql.execute_raw`), as a runner's append's other
-    statements are."""
-    execute_raw(db, _COMMIT_AND_NOTIFY_SQL, _notify_params(last_seqs, sessions, outbox_keys))
+    its psycopg connection, as a runner's append's other statements are."""
+    params = _notify_params(last_seqs, sessions, outbox_keys)
+    execute_hot(db, prepared("run_change_notify", _NOTIFY_SQL), params, head=_COMMIT)
 
 
 def event_committed(run_id: str, seq: int) -> bool:
@@ -261,7 +263,7 @@ def transaction_idle() -> bool:
     return raw is not None and raw.info.transaction_status == TransactionStatus.IDLE
 
 
-_COMMIT_AND_NOTIFY_SQL = "COMMIT;\n" + _NOTIFY_SQL
+_COMMIT = "COMMIT;\n"
 _EVENT_EXISTS_SQL = "SELECT EXISTS (SELECT FROM agentrun_events WHERE run_id = %s AND seq = %s)"
 
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, transaction
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError, conflict, stale_lease
 from agentrun.ids import new_ids
 from agentrun.metrics import count_events_on_commit
+from agentrun.raw_sql import default_connection
 from agentrun.redaction import redact_json
 from outbox.cloudevents import partition_key_for
 from outbox.record import outbox_records_locked
@@ -196,7 +197,7 @@ def _store(per_run: list[list[Event]], *, prepare: bool = False) -> None:
         extra_ctes=outbox,
         prepare=prepare,
     )
-    alias = connection.alias
+    alias = DEFAULT_DB_ALIAS  # `connection`'s, without a lookup
     for rows in per_run:
         last = inserted.last_seqs[rows[0].run_id]
         for event in rows:
@@ -256,9 +257,10 @@ def commit_appends() -> None:
     appended event says which. Not committed: the error is raised and the block rolls
     back, as Django's own failed commit would. Committed: only the NOTIFY failed, which is
     logged, not raised, as after any commit (the caller's write succeeded)."""
-    if len(connection.atomic_blocks) != 1 or connection.savepoint_ids:
+    db = default_connection()  # one lookup, not one per attribute
+    if len(db.atomic_blocks) != 1 or db.savepoint_ids:
         return
-    hooks = [entry[1] for entry in connection.run_on_commit]  # (savepoints, hook, robust)
+    hooks = [entry[1] for entry in db.run_on_commit]  # (savepoints, hook, robust)
     pending = [hook for hook in hooks if isinstance(hook, _RunChanges) and not hook.sent]
     if not pending:
         return
@@ -270,7 +272,7 @@ def commit_appends() -> None:
         sessions.update(hook.sessions)
         keys.update(dict.fromkeys(hook.outbox_keys))
     try:
-        commit_and_notify_runs_changed(last_seqs, sessions=sessions, outbox_keys=list(keys))
+        commit_and_notify_runs_changed(db, last_seqs, sessions=sessions, outbox_keys=list(keys))
     except DatabaseError as error:
         # A failed COMMIT ended the transaction (idle); so did a failed NOTIFY after it.
         run_id, seq = next(iter(last_seqs.items()))

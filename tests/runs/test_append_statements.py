@@ -6,11 +6,11 @@ transaction's BEGIN in front of it (`agentrun.raw_sql.execute_hot`), one event s
 COMMIT and, after it in a transaction of its own, the NOTIFY
 (`runs.sql.commit_and_notify_runs_changed`). Django logs a BEGIN when its block starts and
 a COMMIT at its end; psycopg sends neither (the lock's string began the transaction, the
-COMMIT's ended it). The lock and the event statement are prepared on a connection's second
-append and EXECUTEd from its third on. Before issue 18 it was seven round trips, the
-NOTIFY inside the transaction (where it serialised every appender's commit); until its
-sixth round the NOTIFY was a fifth round trip after the COMMIT, until its seventh BEGIN was
-a round trip of its own. The outbox adds no statement:
+COMMIT's ended it). The lock, the event statement and the NOTIFY's statement are prepared
+on a connection's second append and EXECUTEd from its third on. Before issue 18 it was
+seven round trips, the NOTIFY inside the transaction (where it serialised every appender's
+commit); until its sixth round the NOTIFY was a fifth round trip after the COMMIT, until
+its seventh BEGIN was a round trip of its own. The outbox adds no statement:
 its key lock, sequence values and INSERT are CTEs of the event statement
 (`outbox.locks.records_ctes`), and the webhook-delivery INSERT … SELECT (issue 21) is made
 only when the event statement found an endpoint that could match
@@ -74,14 +74,17 @@ def test_a_runner_append_is_three_round_trips_begin_with_the_lock(
         assert len(sqls) == 5, sqls
         assert sqls[0] == "BEGIN" and sqls[4] == "COMMIT"  # Django's log: nothing sent
         assert sqls[1].startswith("BEGIN;\n") and "pg_notify" not in sqls[2]
-        assert sqls[3].startswith("COMMIT;\n") and "pg_notify" in sqls[3]
-        assert "synchronous_commit" in sqls[3]
+        assert sqls[3].startswith("COMMIT;\n")
     assert sent_first == sent_second == sent_third == []  # no BEGIN or COMMIT of psycopg's
     # As is the first time; prepared (and run) the second; EXECUTEd from then on.
     assert first[1].endswith("FOR UPDATE") and first[2].startswith("WITH base")
     assert "\nPREPARE run_lock_" in second[1] and "FOR UPDATE;\nEXECUTE run_lock_" in second[1]
     assert second[2].startswith("SET LOCAL plan_cache_mode = force_generic_plan;\n")
     assert "\nPREPARE append_events_" in second[2] and "\nEXECUTE append_events_" in second[2]
+    # The NOTIFY after the COMMIT, in its own transaction: prepared as the other two.
+    assert "pg_notify" in first[3] and "synchronous_commit" in first[3]
+    assert second[3].startswith("COMMIT;\nPREPARE run_change_notify_") and "pg_notify" in second[3]
+    assert third[3].startswith("COMMIT;\nEXECUTE run_change_notify_") and "SELECT" not in third[3]
     assert third[1].startswith("BEGIN;\nEXECUTE run_lock_") and "SELECT" not in third[1]
     assert third[2].startswith("SET LOCAL plan_cache_mode = force_generic_plan;\n")
     assert "\nEXECUTE append_events_" in third[2] and "WITH base" not in third[2]
@@ -145,13 +148,13 @@ def test_inside_a_callers_transaction_the_lock_carries_no_begin() -> None:
 def test_a_prepare_that_fails_leaves_the_statement_unprepared_on_that_connection() -> None:
     statement = raw_sql.prepared("test_failing", "SELECT 1 / %s::int")
     connection.close()
-    with transaction.atomic(), connection.cursor() as cursor:
-        raw_sql.execute_hot(cursor, statement, [1])  # as it is
-    with pytest.raises(DataError), transaction.atomic(), connection.cursor() as cursor:
-        raw_sql.execute_hot(cursor, statement, [0])  # PREPARE and EXECUTE: division by zero
-    with CaptureQueriesContext(connection) as captured, connection.cursor() as cursor:
-        raw_sql.execute_hot(cursor, statement, [2])
-        assert cursor.fetchall() == [(0,)]
+    db = raw_sql.default_connection()
+    with transaction.atomic():
+        raw_sql.execute_hot(db, statement, [1])  # as it is
+    with pytest.raises(DataError), transaction.atomic():
+        raw_sql.execute_hot(db, statement, [0])  # PREPARE and EXECUTE: division by zero
+    with CaptureQueriesContext(connection) as captured:
+        assert raw_sql.execute_hot(db, statement, [2]) == [(0,)]
     assert captured.captured_queries[0]["sql"] == "SELECT 1 / 2::int"  # never PREPAREd again
 
 
@@ -192,8 +195,8 @@ def test_a_notify_that_fails_after_the_commit_is_logged_the_append_stands(
     run = claimed(None)
     # The NOTIFY statement fails (the COMMIT before it took): the events are committed,
     # so the runner gets its answer, and the failure is logged as after any commit.
-    broken = "COMMIT;\nSELECT %s::int, %s::int"
-    with patch.object(runs_sql, "_COMMIT_AND_NOTIFY_SQL", broken):
+    broken = "SELECT %s::int, %s::int"
+    with patch.object(runs_sql, "_NOTIFY_SQL", broken):
         appended = append_runner_events(
             run_id=run.id,
             runner_id="runner-1",

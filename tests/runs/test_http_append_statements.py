@@ -77,7 +77,7 @@ def test_a_runner_key_append_is_the_services_three_round_trips(batch: int) -> No
     assert sqls[0] == "BEGIN" and sqls[4] == "COMMIT", sqls  # Django's log; not sent
     assert sqls[1].startswith("BEGIN;\nEXECUTE run_lock_for_key_"), sqls
     assert "\nEXECUTE append_events_" in sqls[2] and sqls[3].startswith("COMMIT;\n"), sqls
-    assert "pg_notify" in sqls[3], sqls
+    assert sqls[3].startswith("COMMIT;\nEXECUTE run_change_notify_"), sqls  # prepared too
     assert not any(sql.startswith('SELECT "agentrun_api_keys"') for sql in sqls), sqls
 
 

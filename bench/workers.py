@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--work-ms", type=float, default=0, help="each item takes this long")
     parser.add_argument("--journal", help="append executions here (survives SIGKILL)")
     parser.add_argument(
-        "--unprepared-claim", action="store_true", help="writeset: plan the claim per call"
+        "--unprepared", action="store_true", help="writeset: prepare nothing (plan per call)"
     )
     parser.add_argument("--stall-s", type=float, default=0, help="pgqueuer heartbeat timeout")
     args = parser.parse_args(argv)

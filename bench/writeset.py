@@ -287,6 +287,11 @@ def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
     def slot(index: int) -> None:
         owner = f"writeset:{os.getpid()}:{index}"
         with psycopg.connect(env.database_url(), autocommit=True) as conn:
+            if args.unprepared:
+                # psycopg prepares a statement from its fifth use; cell 6 asks for every
+                # statement planned per call, as agentrun's dispatch is (a generic plan
+                # does not follow the dead versions a pinned snapshot piles up: sixth round).
+                conn.prepare_threshold = None
             ready.wait()
             ready.wait()
             idle_since = None
@@ -295,11 +300,7 @@ def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
                     "owner": owner, "lease_ms": LEASE_MS, "limit": args.batch,
                     "keys": _keys(args.batch), "ttl_s": KEY_TTL_S,
                 }  # fmt: skip
-                # psycopg prepares a statement from its fifth use; cell 6 asks for the claim
-                # planned per call, as agentrun's is (a prepared claim's generic plan does
-                # not follow the dead versions a pinned snapshot piles up: sixth round).
-                prepare = False if args.unprepared_claim else None
-                claims = conn.execute(CLAIM_SQL, params, prepare=prepare).fetchall()
+                claims = conn.execute(CLAIM_SQL, params).fetchall()
                 if not claims:
                     idle_since = idle_since or time.time()
                     producing = args.latency and time.time() < go[0] + args.until

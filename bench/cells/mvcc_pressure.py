@@ -10,15 +10,15 @@ to 2 worker processes x 4 slots:
 
 Figure of merit per side: the worst 1 s window of handler starts in phases 2 and 3
 divided by the median 1 s window of phase 1 (1.0 = unaffected). Ratio = agentrun's /
-PgQueuer's. Both sides are saturated by the offer (agentrun well below it), so a window's
-count is the drain rate at that moment.
+PgQueuer's. A side that drains faster than the offer starts each item as it comes (its
+windows are the offer, a dip is what the snapshot costs it); a side that drains slower
+builds a backlog, and its windows are its drain rate at that moment.
 
-Ceiling (since issue 18's eighth round): "raw-writeset" (`bench.writeset`, cell 3's
+Reference (since issue 18's eighth round): "raw-writeset" (`bench.writeset`, cell 3's
 ceiling), agentrun's own write set per intent in hand-written psycopg, under the same
-offer and the same pinned snapshot, its claim planned per call as agentrun's is.
-`6.mvcc.retention.writeset-pgqueuer` sets it against PgQueuer from the same rounds
-(A B C per repetition): whether that write set, with nothing of agentrun's around it, can
-hold its rate here at all.
+offer and the same pinned snapshot, every statement planned per call as agentrun's
+dispatch is (psycopg prepares nothing). `6.mvcc.retention.writeset-pgqueuer` sets it
+against PgQueuer from the same rounds (A B C per repetition).
 
 Autovacuum: the issue asks for default and tuned autovacuum. This server runs with
 `autovacuum = off` (recorded in latest.json), and changing that is a server-wide setting
@@ -94,7 +94,7 @@ def pressure_sample(kind: str, *, phase_s: float) -> Callable[[], Sample]:
     def run() -> Sample:
         queues.clear_queues()
         total = 3 * phase_s
-        unprepared = {"unprepared_claim": True} if kind == "writeset" else {}
+        unprepared = {"unprepared": True} if kind == "writeset" else {}
         pool = queues.Pool(
             kind,
             processes=2,

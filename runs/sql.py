@@ -41,14 +41,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from agentrun.raw_sql import (
-    RowWrite,
-    default_connection,
-    execute_hot,
-    mark_inserted,
-    prepared,
-    write_ctes,
-)
+from agentrun.prepared_sql import default_connection, execute_hot, prepared
+from agentrun.raw_sql import RowWrite, mark_inserted, write_ctes
 from runs.models import Run
 
 RUN_CHANGE_CHANNEL = "agentrun_run_change"
@@ -189,7 +183,7 @@ def insert_events(
 
 
 # A runner's append runs the events statement prepared (`prepare=True`,
-# `agentrun.raw_sql.execute_hot`), and PostgreSQL would still plan it on every call: after
+# `agentrun.prepared_sql.execute_hot`), and PostgreSQL would still plan it on every call: after
 # five custom plans it keeps choosing custom ones (~0.3 ms of planning per append), since
 # the generic plan's estimate is dearer, the session UPDATE's `= ANY($n)` being read as
 # ten rows (a bitmap scan of the session index) where a custom plan sees one. The plans are
@@ -235,7 +229,7 @@ def commit_and_notify_runs_changed(
     """COMMIT the connection's transaction, then `notify_runs_changed`, in one round trip:
     one simple-query string, `COMMIT; SELECT … pg_notify(…)` (bound client side, so the
     parameters are in the text and PostgreSQL runs the statements in order); the NOTIFY's
-    statement prepared as the append's others are (`agentrun.raw_sql.execute_hot`: `COMMIT;
+    statement prepared as the append's others are (`agentrun.prepared_sql.execute_hot`: `COMMIT;
     EXECUTE …` from a connection's third append on), which spares the backend its parse
     and plan (a third of that statement's CPU, measured alone).
     The NOTIFY runs in a transaction of its own after the COMMIT (PostgreSQL starts an
@@ -243,7 +237,7 @@ def commit_and_notify_runs_changed(
     takes no notify lock. If the COMMIT fails the NOTIFY is not run. The caller must be
     the outermost transaction's last statement; psycopg then finds the transaction ended,
     so Django's own commit sends nothing (`runs.services.event_log.commit_appends`). `db`:
-    the default connection (`agentrun.raw_sql.default_connection`); the string is sent on
+    the default connection (`agentrun.prepared_sql.default_connection`); the string is sent on
     its psycopg connection, as a runner's append's other statements are."""
     params = _notify_params(last_seqs, sessions, outbox_keys)
     execute_hot(db, prepared("run_change_notify", _NOTIFY_SQL), params, head=_COMMIT)

@@ -24,7 +24,7 @@ from django.utils import timezone
 from agentrun.errors import AgentRunError, conflict, stale_lease
 from agentrun.ids import new_ids
 from agentrun.metrics import count_events_on_commit
-from agentrun.raw_sql import default_connection
+from agentrun.prepared_sql import default_connection
 from agentrun.redaction import redact_json
 from outbox.cloudevents import partition_key_for
 from outbox.record import outbox_records_locked

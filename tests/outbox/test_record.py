@@ -76,7 +76,7 @@ def test_a_session_run_is_keyed_by_tenant_and_session(outbox_topic: str) -> None
 
 def prepared_text(sql: str) -> str:
     """`sql`, or for the EXECUTE of a runner append's prepared statement
-    (`agentrun.raw_sql.execute_hot`) the statement it runs."""
+    (`agentrun.prepared_sql.execute_hot`) the statement it runs."""
     name = re.search(r"\bEXECUTE (\w+)", sql)
     if name is None:
         return sql

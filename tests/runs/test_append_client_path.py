@@ -1,5 +1,5 @@
 """A runner's append sends its statements on the psycopg connection, past Django's cursor
-wrapper (`agentrun.raw_sql.execute_hot`; bench cell 1, issue 18, eighth round), and keeps
+wrapper (`agentrun.prepared_sql.execute_hot`; bench cell 1, issue 18, eighth round), and keeps
 what of Django's cursor matters: its error translation, its refusal inside a broken
 transaction, its query log and its execution wrappers (both then see every statement).
 The round trips themselves are pinned by tests/runs/test_append_statements.py."""
@@ -16,7 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, DataError, connection, connections, tran
 from django.db.backends.utils import CursorWrapper
 from django.db.transaction import TransactionManagementError
 
-from agentrun import raw_sql
+from agentrun import prepared_sql
 from runs.models import Event, Run
 from runs.services.event_log import NewEvent, append_runner_events
 from runs.services.lifecycle import claim_run
@@ -84,36 +84,36 @@ def test_an_execution_wrapper_sees_every_statement_of_the_append() -> None:
 
 
 def test_a_failure_is_djangos_error_and_a_broken_transaction_is_refused() -> None:
-    db = raw_sql.default_connection()
-    statement = raw_sql.prepared("test_division", "SELECT 1 / %s::int")
+    db = prepared_sql.default_connection()
+    statement = prepared_sql.prepared("test_division", "SELECT 1 / %s::int")
     with pytest.raises(DataError), transaction.atomic():  # psycopg's, translated
-        raw_sql.execute_hot(db, statement, [0])
-    assert raw_sql.execute_hot(db, statement, [1]) == [(1,)]
+        prepared_sql.execute_hot(db, statement, [0])
+    assert prepared_sql.execute_hot(db, statement, [1]) == [(1,)]
     with transaction.atomic():
         transaction.set_rollback(True)
         with pytest.raises(TransactionManagementError):
-            raw_sql.execute_hot(db, statement, [1])
+            prepared_sql.execute_hot(db, statement, [1])
 
 
 def test_the_hot_path_starts_again_on_a_new_connection() -> None:
-    statement = raw_sql.prepared("test_reconnect", "SELECT %s::int + 1")
-    db = raw_sql.default_connection()
+    statement = prepared_sql.prepared("test_reconnect", "SELECT %s::int + 1")
+    db = prepared_sql.default_connection()
     for _ in range(3):
-        assert raw_sql.execute_hot(db, statement, [1]) == [(2,)]  # prepared by now
+        assert prepared_sql.execute_hot(db, statement, [1]) == [(2,)]  # prepared by now
     connection.close()
     sent: list[str] = []
     with spy(psycopg.ClientCursor, "execute", sent):
-        assert raw_sql.execute_hot(db, statement, [2]) == [(3,)]
+        assert prepared_sql.execute_hot(db, statement, [2]) == [(3,)]
     assert sent[-1] == "SELECT %s::int + 1"  # as it is: nothing prepared on this connection
 
 
 def test_named_parameters_are_sent_by_position_to_the_execute() -> None:
-    statement = raw_sql.prepared("test_named", "SELECT %(b)s::int - %(a)s::int, %(a)s::int")
+    statement = prepared_sql.prepared("test_named", "SELECT %(b)s::int - %(a)s::int, %(a)s::int")
     assert statement.execute_sql.endswith("(%s, %s)") and statement.keys == ("b", "a")
-    db = raw_sql.default_connection()
+    db = prepared_sql.default_connection()
     sent: list[str] = []
     with spy(psycopg.ClientCursor, "execute", sent):
-        results = [raw_sql.execute_hot(db, statement, {"a": 1, "b": 5}) for _ in range(3)]
+        results = [prepared_sql.execute_hot(db, statement, {"a": 1, "b": 5}) for _ in range(3)]
     assert results == [[(4, 1)]] * 3
     assert sent[0].startswith("SELECT") and sent[2].startswith("EXECUTE test_named_")
 
@@ -121,16 +121,16 @@ def test_named_parameters_are_sent_by_position_to_the_execute() -> None:
 def test_what_is_prepared_follows_the_psycopg_connection_lent_to_another_thread() -> None:
     # A pool lends one psycopg connection to one Django connection after another: the
     # statements prepared on it stay prepared (a second PREPARE of the name would fail).
-    statement = raw_sql.prepared("test_lent", "SELECT %s::int * 2")
-    db = raw_sql.default_connection()
+    statement = prepared_sql.prepared("test_lent", "SELECT %s::int * 2")
+    db = prepared_sql.default_connection()
     for _ in range(2):
-        raw_sql.execute_hot(db, statement, [1])  # prepared on this psycopg connection
+        prepared_sql.execute_hot(db, statement, [1])  # prepared on this psycopg connection
     other = connections.create_connection(DEFAULT_DB_ALIAS)  # another thread's
     other.connection = db.connection  # lent the same psycopg connection
     sent: list[str] = []
     try:
         with spy(psycopg.ClientCursor, "execute", sent):
-            assert raw_sql.execute_hot(other, statement, [4]) == [(8,)]
+            assert prepared_sql.execute_hot(other, statement, [4]) == [(8,)]
     finally:
         other.connection = None  # still `db`'s to close
     assert sent[-1].startswith("EXECUTE test_lent_")

@@ -1,7 +1,7 @@
 """Statements per runner append, pinned (bench cell 1 measures the same path).
 
 A runner's batch is three round trips whatever the batch size: the run lock with the
-transaction's BEGIN in front of it (`agentrun.raw_sql.execute_hot`), one event statement
+transaction's BEGIN in front of it (`agentrun.prepared_sql.execute_hot`), one event statement
 (`runs.sql.insert_events`: last seq, INSERT, session touch) and one string that is the
 COMMIT and, after it in a transaction of its own, the NOTIFY
 (`runs.sql.commit_and_notify_runs_changed`). Django logs a BEGIN when its block starts and
@@ -27,7 +27,7 @@ from django.db import DataError, IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from psycopg.pq import TransactionStatus
 
-from agentrun import raw_sql
+from agentrun import prepared_sql
 from agentrun.errors import AgentRunError
 from runs import sql as runs_sql
 from runs.locks import APPEND_READS, lock_run_for_append, lock_runs
@@ -146,15 +146,15 @@ def test_inside_a_callers_transaction_the_lock_carries_no_begin() -> None:
 
 
 def test_a_prepare_that_fails_leaves_the_statement_unprepared_on_that_connection() -> None:
-    statement = raw_sql.prepared("test_failing", "SELECT 1 / %s::int")
+    statement = prepared_sql.prepared("test_failing", "SELECT 1 / %s::int")
     connection.close()
-    db = raw_sql.default_connection()
+    db = prepared_sql.default_connection()
     with transaction.atomic():
-        raw_sql.execute_hot(db, statement, [1])  # as it is
+        prepared_sql.execute_hot(db, statement, [1])  # as it is
     with pytest.raises(DataError), transaction.atomic():
-        raw_sql.execute_hot(db, statement, [0])  # PREPARE and EXECUTE: division by zero
+        prepared_sql.execute_hot(db, statement, [0])  # PREPARE and EXECUTE: division by zero
     with CaptureQueriesContext(connection) as captured:
-        assert raw_sql.execute_hot(db, statement, [2]) == [(0,)]
+        assert prepared_sql.execute_hot(db, statement, [2]) == [(0,)]
     assert captured.captured_queries[0]["sql"] == "SELECT 1 / 2::int"  # never PREPAREd again
 
 

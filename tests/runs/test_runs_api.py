@@ -424,7 +424,7 @@ def test_a_runner_write_reads_its_run_only_under_the_lock() -> None:
     with CaptureQueriesContext(connection) as queries:
         response = call(runner, "POST", f"/runs/{run.id}/events", body)
     assert response.status_code == 201, response.json()
-    # The lock is the service's statement as it is, or prepared (`raw_sql.execute_hot`).
+    # The lock is the service's statement as it is, or prepared (`prepared_sql.execute_hot`).
     run_reads = [
         q["sql"]
         for q in queries.captured_queries

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -53,6 +53,25 @@ def default_connection() -> BaseDatabaseWrapper:
     """This thread's connection of the default database, looked up once: a hot path passes
     it on (each `django.db.connection.<attribute>` is a lookup of its own)."""
     return connections[DEFAULT_DB_ALIAS]
+
+
+# The planner settings of a transaction that runs prepared statements, sent after its
+# BEGIN (`execute_hot(before=…)`, `execute_hot_sets(before=…)`); `SET LOCAL` ends with it.
+#
+# GENERIC_PLANS: PostgreSQL plans a prepared statement's first five executions for their
+# arguments and only then weighs a generic plan, which it may keep declining (a runner's
+# append's session `= ANY($n)` is read as ten rows where a custom plan sees one); every
+# hot statement here has the same plan whatever its arguments (keys, JSON texts, a time),
+# so it asks for the generic plan at once, planned once per connection.
+#
+# INDEX_PLANS: that plan is made once, maybe while a table is small (a new deployment, a
+# bench's first batch), and kept while the table grows, as long as no ANALYZE invalidates
+# it (the bench runs with autovacuum off): a sequential scan of ten rows, chosen then, is
+# a scan of every event later (a batch's events statement was 0.09 -> 1.97 ms so, bench
+# cell 3). A hot statement finds its rows by key, so an index is right at every size: a
+# sequential scan is priced out while such a plan is made.
+GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan;\n"
+INDEX_PLANS = "SET LOCAL enable_seqscan = off;\n"
 
 
 @dataclass(frozen=True)
@@ -145,8 +164,10 @@ def _hot_of(db: BaseDatabaseWrapper) -> _Hot:
     return hot
 
 
-def _run(db: BaseDatabaseWrapper, cursor: Any, text: str, params: Params) -> list[Any]:
-    """`text` on `cursor` (a psycopg cursor of `db`'s connection); its last result's rows."""
+def _send(db: BaseDatabaseWrapper, cursor: Any, text: str, params: Params | None) -> None:
+    """Send `text` on `cursor` (a psycopg cursor of `db`'s connection), as Django's cursor
+    would: through its wrapper when queries are logged or wrapped, else checked and with
+    its errors translated."""
     if db.queries_logged or db.execute_wrappers:
         wrapped = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
         wrapped.execute(text, params)
@@ -154,6 +175,11 @@ def _run(db: BaseDatabaseWrapper, cursor: Any, text: str, params: Params) -> lis
         db.validate_no_broken_transaction()
         with db.wrap_database_errors:
             cursor.execute(text, params)
+
+
+def _run(db: BaseDatabaseWrapper, cursor: Any, text: str, params: Params) -> list[Any]:
+    """`text` on `cursor` (a psycopg cursor of `db`'s connection); its last result's rows."""
+    _send(db, cursor, text, params)
     with db.wrap_database_errors:
         while cursor.nextset():  # BEGIN's, `before`'s and PREPARE's results come first
             pass
@@ -206,6 +232,61 @@ def execute_hot(
     if preparing:
         uses[statement.name] = PREPARED
     return rows
+
+
+def execute_hot_sets(
+    db: BaseDatabaseWrapper,
+    statements: Sequence[tuple[Prepared, Params]],
+    *,
+    begins: bool = False,
+    before: str = "",
+    commits: bool = False,
+) -> list[list[tuple[Any, ...]]]:
+    """Several statements, each as `execute_hot` runs one (as it is, then PREPARE and
+    EXECUTE, then EXECUTE), in one simple-query string; every row each returned, in
+    order. PostgreSQL runs them in order, in the caller's transaction, each with its own
+    snapshot as if sent one by one, and stops at the first that fails (the error is
+    raised). Every statement must return rows (a `SELECT`, a `RETURNING`): the rows are
+    told from the PREPAREs' and the BEGIN's results by their status. `begins`: the
+    outermost block's BEGIN in front of them, as `execute_hot` does it (a batch
+    settle's locks, `runs.locks.lock_runs_and_commands`). Each piece is bound client side
+    on its own (`mogrify`): one piece's parameters may be named, another's positional."""
+    hot = _hot_of(db)
+    pieces, preparing = [], []
+    for statement, params in statements:
+        text, arguments, prepares = _text_to_send(hot.uses, statement, params, "")
+        with db.wrap_database_errors:
+            pieces.append(hot.cursor.mogrify(text, arguments))
+        if prepares:
+            preparing.append(statement.name)
+    try:
+        with beginning(db, begins=begins) as begin:
+            text = before + ";\n".join(pieces)
+            if begin:
+                text = f"BEGIN;\n{text};\nCOMMIT" if commits else f"BEGIN;\n{text}"
+            found = _run_sets(db, hot.cursor, text)
+    except BaseException:
+        for name in preparing:
+            hot.uses[name] = UNPREPARED
+        raise
+    for name in preparing:
+        hot.uses[name] = PREPARED
+    assert len(found) == len(statements), "one row set per statement"
+    return found
+
+
+def _run_sets(db: BaseDatabaseWrapper, cursor: Any, text: str) -> list[list[tuple[Any, ...]]]:
+    """`text` (bound) on `cursor`, as `_run` sends it; the rows of each of its results that
+    has rows."""
+    _send(db, cursor, text, None)
+    found = []
+    with db.wrap_database_errors:
+        while True:
+            result = cursor.pgresult
+            if result is not None and result.status == ExecStatus.TUPLES_OK:
+                found.append(cursor.fetchall())
+            if not cursor.nextset():
+                return found
 
 
 def _text_to_send(

@@ -38,6 +38,7 @@ from typing import Any
 
 from django.db import connection
 
+from agentrun.prepared_sql import Prepared, prepared
 from dispatch.models import RunnerDispatchIntent
 from runs.models import TERMINAL_COMMAND_STATES, TERMINAL_RUN_STATUSES
 
@@ -71,8 +72,9 @@ WITH j AS MATERIALIZED (
 ),
 settled AS (
   UPDATE agentrun_runner_dispatch_intents i
-  SET state = 'dispatched', dispatch_outcome = j.outcome, dispatched_at = %(now)s,
-      actual_runner_job_id = j.id, active_runner_id = j.runner_id, updated_at = %(now)s,
+  SET state = 'dispatched', dispatch_outcome = j.outcome,
+      dispatched_at = %(now)s::timestamptz, updated_at = %(now)s::timestamptz,
+      actual_runner_job_id = j.id, active_runner_id = j.runner_id,
       -- the claim's lease ends with the dispatch
       lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
   FROM j, agentrun_runs r, agentrun_commands c
@@ -100,6 +102,10 @@ jobs AS (
 )
 SELECT * FROM settled
 """  # noqa: S608 (the columns are this module's constants)
+# Prepared as the locks in front of it are (`runs.locks.lock_runs_and_commands`): its plan
+# does not depend on its parameters (a JSON text, a time), so the generic one is the
+# custom one, planned once per connection.
+_RECORD_DISPATCHED = prepared("record_dispatched", _RECORD_DISPATCHED_SQL)
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,7 @@ _ID = _RETURNED_NAMES.index("id")
 
 def record_dispatched_statement(
     jobs: list[DispatchedJob], *, now: datetime
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[Prepared, dict[str, Any]]:
     """The statement that saves the jobs and marks their intents dispatched, for the
     intents still held by their claim (state, owner, attempt) whose run and command have
     not ended, and its parameters; its rows are the intents it wrote (`Settled`). The
@@ -172,4 +178,4 @@ def record_dispatched_statement(
     needs the caller's transaction and, before it, the run and command locks of every
     intent."""
     assert connection.in_atomic_block, "record_dispatched_statement needs an open transaction"
-    return _RECORD_DISPATCHED_SQL, {"rows": json.dumps([job.row() for job in jobs]), "now": now}
+    return _RECORD_DISPATCHED, {"rows": json.dumps([job.row() for job in jobs]), "now": now}

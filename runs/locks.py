@@ -11,12 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from agentrun.errors import not_found
+from agentrun.prepared_sql import (
+    GENERIC_PLANS,
+    INDEX_PLANS,
+    Prepared,
+    default_connection,
+    execute_hot_sets,
+    prepared,
+)
 from agentrun.raw_sql import (
     Params,
-    fetch_row_sets,
     models_from_rows,
     read_models,
     select_models_sql,
@@ -182,10 +190,17 @@ class LockedCommand:
 # `lock_runs`' and `lock_commands`' statements, the same rows locked in the same order; the
 # commands read as far as a batch settle reads them (`LockedCommand`).
 _LOCK_RUNS_TAIL = "WHERE id = ANY(%s::text[]) ORDER BY id FOR UPDATE"
-_LOCK_COMMAND_STATES_SQL = (
+_LOCK_COMMAND_STATES = prepared(
+    "lock_command_states",
     "SELECT id, run_id, state FROM agentrun_commands"
-    " WHERE id = ANY(%s::text[]) ORDER BY run_id, seq FOR UPDATE"
+    " WHERE id = ANY(%s::text[]) ORDER BY run_id, seq FOR UPDATE",
 )
+
+
+@cache
+def _lock_runs_statement() -> Prepared:
+    """Built on first use: the model's columns are read when the apps are ready."""
+    return prepared("lock_runs", select_models_sql(Run, _LOCK_RUNS_TAIL, deferred=_APPEND_DEFERRED))
 
 
 @dataclass(frozen=True)
@@ -196,13 +211,13 @@ class LockedRunsAndCommands:
 
 
 def lock_runs_and_commands(
-    run_ids: list[str], command_ids: list[str], *, then: Sequence[tuple[str, Params]] = ()
+    run_ids: list[str], command_ids: list[str], *, then: Sequence[tuple[Prepared, Params]] = ()
 ) -> LockedRunsAndCommands:
     """`lock_runs`, then the commands' locks as `lock_commands` takes them, then the
     caller's `then` statements (which may rely on every lock), in one round trip: the
-    statements go in one simple-query string (`agentrun.raw_sql.fetch_row_sets`), which
-    PostgreSQL runs in order, so every run is locked before the first command and both
-    before `then`, as with a round trip each. For batch settles
+    statements go in one simple-query string (`agentrun.prepared_sql.execute_hot_sets`),
+    which PostgreSQL runs in order, so every run is locked before the first command and
+    both before `then`, as with a round trip each. For batch settles
     (`dispatch.services.claims`), which read a command's state, nothing else: the commands
     are not read into models (their timestamps' decoding and `from_db` were a tenth of a
     dispatch batch's Python CPU; bench cell 3, issue 18). 404 if a run or a command does
@@ -210,21 +225,30 @@ def lock_runs_and_commands(
     caller checks that each command belongs to its run. The ids are bound as array
     literals (one quoted string each, as `runs.sql.insert_events`). As the first statement
     of a service's outermost block (a batch settle's), the string also carries the
-    transaction's BEGIN (`fetch_row_sets(begins=True)`): a round trip less per batch,
-    where each cost its client ~0.1-0.15 ms of CPU (issue 18, bench cell 3)."""
+    transaction's BEGIN: a round trip less per batch, where each cost its client ~0.1-0.15
+    ms of CPU (issue 18, bench cell 3).
+
+    Prepared, as a runner's append is (from a connection's second settle on, `EXECUTE`),
+    with generic plans priced with indexes only (`agentrun.prepared_sql`'s `GENERIC_PLANS`,
+    `INDEX_PLANS`, set for the rest of the transaction): planning these statements, the
+    caller's write and the events statement on every batch was a quarter of the server's
+    time per dispatched item (bench cell 3 through Celery, issue 18's ninth round,
+    `pg_stat_statements`). A generic plan locks in the same order as a custom one: each
+    lock's `ORDER BY` sits under its `FOR UPDATE`, so the rows are locked as sorted
+    whatever the scan."""
+    db = default_connection()
     wanted_runs, wanted_commands = sorted(set(run_ids)), sorted(set(command_ids))
-    run_rows, command_rows, *after = fetch_row_sets(
+    run_rows, command_rows, *after = execute_hot_sets(
+        db,
         [
-            (
-                select_models_sql(Run, _LOCK_RUNS_TAIL, deferred=_APPEND_DEFERRED),
-                [text_array(wanted_runs)],
-            ),
-            (_LOCK_COMMAND_STATES_SQL, [text_array(wanted_commands)]),
+            (_lock_runs_statement(), [text_array(wanted_runs)]),
+            (_LOCK_COMMAND_STATES, [text_array(wanted_commands)]),
             *then,
         ],
         begins=True,
+        before=INDEX_PLANS + GENERIC_PLANS,
     )
-    locked = models_from_rows(Run, run_rows, deferred=_APPEND_DEFERRED)
+    locked = models_from_rows(Run, run_rows, deferred=_APPEND_DEFERRED, db=db)
     runs = {run.id: run for run in locked}
     commands = {row[0]: LockedCommand(*row) for row in command_rows}
     for run_id in wanted_runs:

@@ -41,7 +41,13 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from agentrun.prepared_sql import default_connection, execute_hot, prepared
+from agentrun.prepared_sql import (
+    GENERIC_PLANS,
+    INDEX_PLANS,
+    default_connection,
+    execute_hot,
+    prepared,
+)
 from agentrun.raw_sql import RowWrite, mark_inserted, write_ctes
 from runs.models import Run
 
@@ -140,7 +146,7 @@ def insert_events(
     records, `outbox.record.outbox_records_locked`), which may read `base` (each run's
     last seq before the insert) and `sess` (one row per session row updated, and locked,
     by then) and `%(now)s::timestamptz`. `prepare`: a runner's append, run prepared with a
-    generic plan (`_GENERIC_PLAN`). Needs the caller's transaction and every run's row
+    generic plan (`_PLANS`). Needs the caller's transaction and every run's row
     lock."""
     counts: dict[str, int] = {}
     for row in rows:
@@ -171,7 +177,7 @@ def insert_events(
         params.update(extra_ctes[1])
     if prepare:
         statement = prepared("append_events", sql)
-        found = execute_hot(default_connection(), statement, params, before=_GENERIC_PLAN)
+        found = execute_hot(default_connection(), statement, params, before=_PLANS)
     else:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -182,18 +188,20 @@ def insert_events(
     )
 
 
-# A runner's append runs the events statement prepared (`prepare=True`,
-# `agentrun.prepared_sql.execute_hot`), and PostgreSQL would still plan it on every call: after
-# five custom plans it keeps choosing custom ones (~0.3 ms of planning per append), since
-# the generic plan's estimate is dearer, the session UPDATE's `= ANY($n)` being read as
-# ten rows (a bitmap scan of the session index) where a custom plan sees one. The plans are
-# the same probes otherwise (each run's last seq by a backward index-only scan of (run_id,
-# seq), the session by its id, the endpoints' check), so the transaction asks for the
-# generic one, which is planned once per connection (and again when PostgreSQL
-# invalidates it). `SET LOCAL` ends with the transaction; nothing else in it is prepared.
-# A runner's append is one run, so at most one session row: the session id order of the
-# session locks (see the module doc) is moot there, and batch settles are not prepared.
-_GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan;\n"
+# A runner's append and a dispatch batch's settle run the events statement prepared
+# (`prepare=True`, `agentrun.prepared_sql.execute_hot`), and PostgreSQL would still plan
+# it on every call: after five custom plans it keeps choosing custom ones (~0.3 ms of
+# planning per append), since the generic plan's estimate is dearer, the session UPDATE's
+# `= ANY($n)` being read as ten rows (a bitmap scan of the session index) where a custom
+# plan sees one. The plans are the same probes otherwise (each run's last seq by a
+# backward index-only scan of (run_id, seq), the session by its id, the endpoints'
+# check), so the transaction asks for the generic one, priced with indexes only
+# (`GENERIC_PLANS`, `INDEX_PLANS`: planned once per connection, maybe while the events
+# table was small). A runner's append is one run, so at most one session row: the session
+# id order of the session locks (see the module doc) is moot there; a batch append is
+# prepared only when it too locks at most one session row
+# (`runs.services.event_log._store`).
+_PLANS = GENERIC_PLANS + INDEX_PLANS
 
 
 def text_array(values: list[str]) -> str:

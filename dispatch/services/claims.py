@@ -284,7 +284,7 @@ def complete_intents(*, completions: list[Completion]) -> CompletionOutcome:
                 refusal = _held_elsewhere(item.claim, intent) or "the intent was not written"
                 error = StaleClaimError(item.claim, reason=refusal, state=intent.state)
                 outcome.refused.append((item, error))
-        append_events_to_runs_locked(batches=list(events.values()))
+        append_events_to_runs_locked(batches=list(events.values()), prepare=True)
         commit_appends()  # the last statement: the COMMIT and the NOTIFY in one round trip
     return outcome
 

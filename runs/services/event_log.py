@@ -81,15 +81,20 @@ class RunEvents:
     events: list[NewEvent]
 
 
-def append_events_to_runs_locked(*, batches: list[RunEvents]) -> list[list[Event]]:
+def append_events_to_runs_locked(
+    *, batches: list[RunEvents], prepare: bool = False
+) -> list[list[Event]]:
     """`append_events_locked` of server-written events for several runs at once (a batch
     settle, a service's `PendingEvents`): one read of the runs' last seqs, one INSERT, one
     NOTIFY statement, whatever the number of runs. Needs the caller's transaction and every
-    run's lock; one entry per run. Returns the appended events per entry, in order."""
+    run's lock; one entry per run. Returns the appended events per entry, in order.
+    `prepare`: the events statement prepared, as a runner's append's, when it locks at
+    most one session row (`_store`); for a caller whose transaction ends with it (a
+    dispatch batch's settle, `dispatch.services.claims`)."""
     assert len({batch.run.id for batch in batches}) == len(batches), "one entry per run"
     now = timezone.now()
     appended = [_event_rows(batch.run, batch.events, now=now) for batch in batches if batch.events]
-    _store(appended)
+    _store(appended, prepare=prepare)
     return appended
 
 
@@ -174,14 +179,18 @@ def _store(per_run: list[list[Event]], *, prepare: bool = False) -> None:
     in `insert_events`'s one statement). The other way round, two runs of one session
     deadlocked (tests/soak found it): an append held the key and waited for the session
     row that a finish of the session's other run held while it waited for the key to
-    append its terminal event. `prepare`: a runner's append, whose statement is prepared
-    (`runs.sql.insert_events`)."""
+    append its terminal event. `prepare`: a runner's append or a batch settle, whose
+    statement is prepared (`runs.sql.insert_events`) when it locks at most one session."""
     per_run = [rows for rows in per_run if rows]
     if not per_run:
         return
     # A session records the last seq of the run appended to it last (dict order).
     session_runs = {rows[0].run.session_id: rows[0].run_id for rows in per_run}
     session_runs.pop(None, None)
+    # Prepared, its plan is generic for the rest of the transaction (`runs.sql`), and a
+    # generic plan may lock several session rows in the index's heap order, not in session
+    # id order as the lock order wants: so only a statement that locks at most one.
+    prepare = prepare and len(session_runs) <= 1
     # The outbox records go in the events' statement, their key locks after the session
     # rows (`outbox.locks.records_ctes`); built now, while each event's seq is its offset.
     outbox = outbox_records_locked(per_run)  # None when it is off

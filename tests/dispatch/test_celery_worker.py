@@ -116,11 +116,13 @@ def celery_worker(
 
 def _task_sessions(application_name: str) -> int:
     """The idle server sessions of a worker whose last statement was a dispatch batch's
-    (its claim, or the append's notification after its completion)."""
+    (its claim, as is or prepared, or the append's notification after its completion)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
             " AND state = 'idle' AND (query LIKE '%%pg_notify%%'"
+            "   OR query LIKE '%%run_change_notify%%'"
+            "   OR query LIKE '%%claim_with_keys%%'"
             "   OR query LIKE '%%agentrun_runner_dispatch_intents%%')",
             [application_name],
         )

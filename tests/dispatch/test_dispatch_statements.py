@@ -33,11 +33,15 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     Backend.objects.filter(profile="scripted").update(capacity={})
     for _ in range(size):
         make_dispatch_command()
-    with CaptureQueriesContext(connection) as claim:
+    with psycopg_commands() as claim_sent, CaptureQueriesContext(connection) as claim:
         keyed = claim_intents_with_keys(owner="w", lease_ms=60_000, limit=size)
-    # The claim UPDATE and the keys' INSERT in one autocommitted statement: one round trip
-    # and one commit before a launch.
-    assert _statements(claim) == ["WITH"], claim.captured_queries
+    # The claim UPDATE and the keys' INSERT in one statement, sent with its transaction's
+    # BEGIN and COMMIT (and its plan settings) in one string: one round trip and one
+    # commit before a launch. Django logs its block's BEGIN and COMMIT; psycopg sends
+    # neither (the prepared statements: tests/dispatch/test_dispatch_prepared.py).
+    assert _statements(claim) == ["BEGIN", "BEGIN;", "COMMIT"], claim.captured_queries
+    assert claim_sent == []
+    assert "WITH due AS" in claim.captured_queries[1]["sql"]
     assert ApiKey.objects.filter(run_id__in=[c.run_id for c, _ in keyed]).count() == size
     completions = [Completion(claim, _launched(claim.runner_id)) for claim, _ in keyed]
     with psycopg_commands() as sent, CaptureQueriesContext(connection) as settle:
@@ -56,12 +60,18 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     sqls = [query["sql"] for query in settle.captured_queries]
     assert _statements(settle) == ["BEGIN", "BEGIN;", "WITH", "COMMIT;", "COMMIT"], sqls
     locks = sqls[1].split(";\n")
-    assert len(locks) == 4, locks
-    assert locks[0] == "BEGIN"
-    assert locks[1].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[1]
-    assert locks[2].startswith("SELECT") and "FROM agentrun_commands" in locks[2]
+    assert len(locks) == 6, locks
+    # The BEGIN, the transaction's plan settings (the statements are prepared from a
+    # connection's second settle on: tests/dispatch/test_dispatch_prepared.py), the locks.
+    assert locks[:3] == [
+        "BEGIN",
+        "SET LOCAL enable_seqscan = off",
+        "SET LOCAL plan_cache_mode = force_generic_plan",
+    ]
+    assert locks[3].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[3]
+    assert locks[4].startswith("SELECT") and "FROM agentrun_commands" in locks[4]
     assert (
-        locks[3].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[3]
+        locks[5].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[5]
     )
     assert sqls[2].startswith("WITH base")  # the events' append
     assert sqls[3].startswith("COMMIT;\n")  # the NOTIFY's statement, as is or prepared:

@@ -4,6 +4,9 @@ entry a real, expiring task on its task's queue."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -50,3 +53,27 @@ def test_every_beat_entry_names_a_registered_task_on_its_queue_and_expires() -> 
         assert entry["task"] in tasks, name
         assert entry["options"]["queue"] == TASK_ROUTES[entry["task"]]["queue"], name
         assert entry["options"]["expires"] >= entry["schedule"], name
+
+
+def test_a_ready_worker_freezes_its_start_up_heap_out_of_full_collections() -> None:
+    # In a fresh interpreter (this one's heap is left alone): the app as a worker loads it,
+    # then the signal Celery sends when the worker is ready, and in a prefork child.
+    script = (
+        "import gc, django; django.setup()\n"
+        "from celery import signals\n"
+        "from agentrun.celery import app\n"
+        "app.loader.import_default_modules()\n"
+        "before = gc.get_freeze_count()\n"
+        "signals.worker_ready.send(sender=None)\n"
+        "ready = gc.get_freeze_count()\n"
+        "gc.unfreeze()\n"
+        "signals.worker_process_init.send(sender=None)\n"
+        "print(before, ready, gc.get_freeze_count())\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agentrun.settings"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    before, ready, child = map(int, out.stdout.split()[-3:])
+    assert before == 0 and ready > 50_000 and child > 50_000, out.stdout

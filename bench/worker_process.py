@@ -1,7 +1,8 @@
 """What every bench worker process (`python -m bench.workers KIND`) shares with the cell
 that started it, whichever queue or relay it runs.
 
-- The protocol: `ready` once set up, wait for `go` on stdin, one JSON result line at the end.
+- The protocol: `ready` once set up (its start-up heap frozen), wait for `go` on stdin, one
+  JSON result line at the end.
 - The journal: one flushed line per execution, so a cell can count what a SIGKILLed worker
   did (cell 5, chaos, kills workers mid-batch).
 - The per-process settings `bench.workers.main` takes from its arguments (`--journal`,
@@ -13,6 +14,7 @@ that started it, whichever queue or relay it runs.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import threading
@@ -47,6 +49,11 @@ def emit(payload: dict[str, Any]) -> None:
 
 
 def wait_for_go() -> float:
+    # Every kind's worker, set up, freezes its start-up heap out of the garbage collector's
+    # full passes, as agentrun's Celery worker does when ready (`agentrun.celery`): the
+    # same treatment on both sides of a figure.
+    gc.collect()
+    gc.freeze()
     emit({"ready": True})
     line = sys.stdin.readline()
     if line.strip() != "go":

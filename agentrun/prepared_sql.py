@@ -1,10 +1,14 @@
 """A hot path's statements: prepared, run on the psycopg connection, and the BEGIN of the
-outermost block's transaction in the first one's round trip (`execute_hot`).
+outermost block's transaction in the first one's round trip (`execute_hot`; several
+statements in one string, `execute_hot_sets`), with the plan settings of a transaction
+that runs them (`GENERIC_PLANS`, `INDEX_PLANS`) and their plans made again every
+`REPLAN_AFTER` runs.
 
 `agentrun.raw_sql` runs every other raw statement (through Django's cursor); this module
 is the part of it that only the measured hot paths use: a runner's append (`runs.sql`,
-`runs.locks`' run lock through `raw_sql.read_models(hot=…)`) and, for its BEGIN, a batch
-settle's locks (`raw_sql.fetch_row_sets(begins=True)`).
+`runs.locks`' run lock through `raw_sql.read_models(hot=…)`) and a dispatch batch (its
+claim with keys, `dispatch.locks`; its settle's locks and write,
+`runs.locks.lock_runs_and_commands`; its events statement, `runs.sql`).
 """
 
 from __future__ import annotations
@@ -66,12 +70,19 @@ def default_connection() -> BaseDatabaseWrapper:
 #
 # INDEX_PLANS: that plan is made once, maybe while a table is small (a new deployment, a
 # bench's first batch), and kept while the table grows, as long as no ANALYZE invalidates
-# it (the bench runs with autovacuum off): a sequential scan of ten rows, chosen then, is
-# a scan of every event later (a batch's events statement was 0.09 -> 1.97 ms so, bench
-# cell 3). A hot statement finds its rows by key, so an index is right at every size: a
-# sequential scan is priced out while such a plan is made.
+# it (the bench runs with autovacuum off). What is cheapest over ten rows is a scan of
+# every row later: a batch's events statement went 0.09 -> 1.97 ms per call with a
+# sequential scan of the events so chosen, and with sequential scans priced out, the
+# claim's UPDATE joined its ten due rows by hashing a full index scan of every intent
+# (bench cell 6: 6,100 rows per claim 12 s in, 9 ms a claim). A hot statement finds each
+# row by its key: so its plan is made of index lookups only, each row of the outer side
+# looked up in the inner side's index (a nested loop), at any table size.
 GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan;\n"
-INDEX_PLANS = "SET LOCAL enable_seqscan = off;\n"
+INDEX_PLANS = (
+    "SET LOCAL enable_seqscan = off;\n"
+    "SET LOCAL enable_hashjoin = off;\n"
+    "SET LOCAL enable_mergejoin = off;\n"
+)
 
 
 @dataclass(frozen=True)
@@ -124,11 +135,21 @@ def prepared(label: str, sql: str) -> Prepared:
 
 
 # Per open connection (a new one has none; a pooled one keeps its own between lends): how
-# many times each statement ran unprepared, or PREPARED, or UNPREPARED for good (its
-# PREPARE's string failed: whether the PREPARE took is unknown, so the name is never sent
-# again on that connection).
+# many times each statement ran unprepared (0, 1), or UNPREPARED for good (its PREPARE's
+# string failed: whether the PREPARE took is unknown, so the name is never sent again on
+# that connection), or PREPARED less the times it ran since its PREPARE.
 _uses: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
-PREPARED, UNPREPARED = -1, -2
+UNPREPARED, PREPARED = -1, -2
+# How many times a prepared statement runs on one plan before it is prepared again
+# (`DEALLOCATE` and `PREPARE` in front of its `EXECUTE`). Its plan is made once, for the
+# tables as they were (their statistics, and their size then): with autovacuum off (the
+# bench), or before it has analysed a table that grew, nothing would make it again. A
+# batch settle's write planned while the intents were a few hundred found them through
+# the partial index of every open intent, not by their keys, and kept doing so as that
+# index filled with the dead entries of the intents dispatched since (bench cell 6: 0.37
+# of PgQueuer's figure; 0.98 so). Made again every REPLAN_AFTER runs, a plan follows the
+# tables' growth, for one planning per REPLAN_AFTER runs (~0.3 ms).
+REPLAN_AFTER = 32
 
 
 @dataclass
@@ -295,8 +316,12 @@ def _text_to_send(
     """The text of this use of `statement` on the connection of `uses`, its parameters,
     and whether it prepares it."""
     used = uses.get(statement.name, 0)
-    if used == PREPARED:
+    if used <= PREPARED and PREPARED - used < REPLAN_AFTER - 1:  # its PREPARE ran it once
+        uses[statement.name] = used - 1
         return before + statement.execute_sql, statement.arguments(params), False
+    if used <= PREPARED:  # its plan is REPLAN_AFTER runs old: planned again
+        text = f"{before}DEALLOCATE {statement.name};\n{statement.prepare_sql};\n"
+        return text + statement.execute_sql, statement.arguments(params), True
     if used == 1:
         text = f"{before}{statement.prepare_sql};\n{statement.execute_sql}"
         return text, statement.arguments(params), True

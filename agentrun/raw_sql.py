@@ -6,9 +6,6 @@ those modules do with the connection is the same, and is spelled here once.
 
 - `fetch_rows` runs a statement and returns every row it gave back (a `SELECT` or an
   `INSERT`/`UPDATE … RETURNING`);
-- `fetch_row_sets` runs several statements in one round trip and returns each one's rows
-  (with the outermost block's BEGIN in front of them when they are its first: a batch
-  settle's locks);
 - `row_count` runs a statement and returns how many rows it changed;
 - `json_param` is the spelling of a batch bound as one JSON text: the connection binds
   parameters client side, and quoting one string costs less than quoting thousands of
@@ -24,7 +21,9 @@ those modules do with the connection is the same, and is spelled here once.
 - a hot path's statement prepared (SQL `PREPARE`/`EXECUTE`, from a connection's second
   use of it on), on the psycopg connection past Django's cursor wrapper, with the BEGIN of
   the outermost block's transaction in front of the first one, is
-  `agentrun.prepared_sql.execute_hot` (`read_models(hot=…)` runs a read there).
+  `agentrun.prepared_sql.execute_hot` (`read_models(hot=…)` runs a read there); several
+  in one round trip, each one's rows returned (a batch settle's locks and write), is
+  `agentrun.prepared_sql.execute_hot_sets`.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DEFERRED, Field, Model
 
-from agentrun.prepared_sql import beginning, default_connection, execute_hot, prepared
+from agentrun.prepared_sql import default_connection, execute_hot, prepared
 
 Params = Mapping[str, Any] | Sequence[Any]
 M = TypeVar("M", bound=Model)
@@ -50,29 +49,6 @@ def fetch_rows(sql: str, params: Params) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
-
-
-def fetch_row_sets(
-    statements: Sequence[tuple[str, Params]], *, begins: bool = False
-) -> list[list[tuple[Any, ...]]]:
-    """Run several statements in one round trip; every row each returned, in order. Each
-    is bound client side (`mogrify`, as every statement here is) and they are sent as one
-    simple-query string: PostgreSQL runs them in order, in the caller's transaction, each
-    with its own snapshot as if sent one by one, and stops at the first that fails (the
-    error is raised). Every statement must return rows (a `SELECT`, a `RETURNING`).
-    `begins`: when they are the first of the outermost atomic block's transaction, its
-    `BEGIN` goes in front of them, as `execute_hot` does it (a batch settle's locks)."""
-    with connection.cursor() as cursor:
-        text = ";\n".join(cursor.mogrify(sql, params) for sql, params in statements)
-        with beginning(cursor.db, begins=begins) as begin:
-            cursor.execute(f"BEGIN;\n{text}" if begin else text)
-        if begin:
-            cursor.nextset()  # past the BEGIN's result
-        found = [list(cursor.fetchall())]
-        while cursor.nextset():
-            found.append(list(cursor.fetchall()))
-    assert len(found) == len(statements), "one row set per statement"
-    return found
 
 
 def row_count(sql: str, params: Params) -> int:

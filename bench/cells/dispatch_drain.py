@@ -130,7 +130,7 @@ def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample
                 app.send_task(
                     TaskName.DISPATCH_BATCH, kwargs={"trigger": "bench"}, queue="dispatch"
                 )
-            last = _wait_dispatched(n, timeout=max(120.0, n / 50))
+            last = _wait_dispatched(journal, n, timeout=max(120.0, n / 50))
         ledger = queues.execution_ledger(ids, [item for item, _ in journal_starts(journal)])
         facts = queues.intent_ledger(ids)
         undispatched = n - facts["states"].get("dispatched", 0)
@@ -143,9 +143,23 @@ def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample
     return run
 
 
-def _wait_dispatched(n: int, *, timeout: float) -> float:
-    """Poll until every intent is dispatched; the epoch time of the last dispatch."""
+def _wait_dispatched(journal: Path, n: int, *, timeout: float) -> float:
+    """Wait until every intent is dispatched; the epoch time of the last dispatch. Until
+    the workers' journal has n launches, this reads the journal's new lines, not the
+    database: a count of the intents in the database, 20 times a second, read every row
+    dispatched so far (12 ms a poll at 30,000, a tenth of a core taken from the side under
+    test). Then the database, for the settles of the last launches."""
     deadline = time.monotonic() + timeout
+    launched, offset = 0, 0
+    while launched < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+        if journal.exists():
+            with journal.open("rb") as lines:
+                lines.seek(offset)
+                chunk = lines.read()
+            chunk = chunk[: chunk.rfind(b"\n") + 1]  # whole lines only
+            offset += len(chunk)
+            launched += chunk.count(b"start ")
     with env.admin_connect() as conn:
         while True:
             done, last = conn.execute(
@@ -154,7 +168,7 @@ def _wait_dispatched(n: int, *, timeout: float) -> float:
             ).fetchone()
             if done >= n or time.monotonic() > deadline:
                 return float(last or time.time())
-            time.sleep(0.05)
+            time.sleep(0.01)
 
 
 def run(scale: Scale) -> CellReport:

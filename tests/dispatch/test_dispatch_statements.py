@@ -8,6 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentrun.models import ApiKey
+from agentrun.prepared_sql import GENERIC_PLANS, INDEX_PLANS
 from dispatch.launchers import Launched
 from dispatch.models import RunnerDispatchIntent
 from dispatch.services.claims import Completion, claim_intents_with_keys, complete_intents
@@ -50,7 +51,7 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     # Three round trips: the BEGIN, the locks (every run, then every command) and after
     # them the jobs + intents write (`dispatch.sql`: the intents' lock is its
     # compare-and-set, no SELECT of their own since issue 18), four statements in one
-    # string (`runs.locks.lock_runs_and_commands`, `agentrun.raw_sql.fetch_row_sets`); the
+    # string (`runs.locks.lock_runs_and_commands`, `agentrun.prepared_sql.execute_hot_sets`); the
     # events' append (no webhook endpoint here, so no delivery INSERT); the COMMIT and,
     # after it, the runs' NOTIFY in one string (`runs.services.event_log.commit_appends`).
     # Django logs the BEGIN of its block and its own COMMIT, neither of which psycopg
@@ -59,19 +60,16 @@ def test_a_claim_and_its_settle_are_a_fixed_number_of_statements(size: int) -> N
     # (the BEGIN psycopg's own).
     sqls = [query["sql"] for query in settle.captured_queries]
     assert _statements(settle) == ["BEGIN", "BEGIN;", "WITH", "COMMIT;", "COMMIT"], sqls
-    locks = sqls[1].split(";\n")
-    assert len(locks) == 6, locks
     # The BEGIN, the transaction's plan settings (the statements are prepared from a
     # connection's second settle on: tests/dispatch/test_dispatch_prepared.py), the locks.
-    assert locks[:3] == [
-        "BEGIN",
-        "SET LOCAL enable_seqscan = off",
-        "SET LOCAL plan_cache_mode = force_generic_plan",
-    ]
-    assert locks[3].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[3]
-    assert locks[4].startswith("SELECT") and "FROM agentrun_commands" in locks[4]
+    head = f"BEGIN;\n{INDEX_PLANS}{GENERIC_PLANS}"
+    assert sqls[1].startswith(head), sqls[1]
+    locks = sqls[1].removeprefix(head).split(";\n")
+    assert len(locks) == 3, locks
+    assert locks[0].startswith("SELECT") and 'FROM "agentrun_runs"' in locks[0]
+    assert locks[1].startswith("SELECT") and "FROM agentrun_commands" in locks[1]
     assert (
-        locks[5].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[5]
+        locks[2].startswith("WITH j AS") and "UPDATE agentrun_runner_dispatch_intents" in locks[2]
     )
     assert sqls[2].startswith("WITH base")  # the events' append
     assert sqls[3].startswith("COMMIT;\n")  # the NOTIFY's statement, as is or prepared:

@@ -94,6 +94,7 @@ class Prepared:
     prepare_sql: str  # `PREPARE <name> AS <sql with $n placeholders>`
     execute_sql: str  # `EXECUTE <name>(%s, …)`, bound client side
     keys: tuple[str, ...]  # `sql`'s `%(key)s` names, in the order of the EXECUTE's `%s`
+    replan_after: int | None = None  # runs on one plan before it is made again (REPLAN_AFTER)
 
     def arguments(self, params: Params) -> Params:
         """The EXECUTE's parameters: `params` by position (binding a mapping by name cost
@@ -109,9 +110,12 @@ _POSITIONAL = re.compile(r"(?<!%)%s")
 
 
 @cache
-def prepared(label: str, sql: str) -> Prepared:
+def prepared(label: str, sql: str, *, replan_after: int | None = None) -> Prepared:
     """`sql` as a `Prepared` statement. Its parameters' types are PostgreSQL's reading of
-    the statement: each placeholder must be cast, or used where its type is plain."""
+    the statement: each placeholder must be cast, or used where its type is plain.
+    `replan_after`: for a statement whose plan depends on the tables' sizes, how many runs
+    a plan serves before it is made again (`REPLAN_AFTER`); by default it serves the
+    connection's life (until PostgreSQL invalidates it)."""
     name = f"{label}_{hashlib.blake2s(sql.encode(), digest_size=6).hexdigest()}"
     keys: list[str] = []
 
@@ -130,7 +134,12 @@ def prepared(label: str, sql: str) -> Prepared:
     # The PREPARE goes in the same string as the EXECUTE (bound with its parameters), so
     # its own `%%` stay as they are.
     return Prepared(
-        name, sql, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}", tuple(keys)
+        name,
+        sql,
+        f"PREPARE {name} AS {body}",
+        f"EXECUTE {name}{arguments}",
+        tuple(keys),
+        replan_after,
     )
 
 
@@ -140,15 +149,18 @@ def prepared(label: str, sql: str) -> Prepared:
 # that connection), or PREPARED less the times it ran since its PREPARE.
 _uses: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 UNPREPARED, PREPARED = -1, -2
-# How many times a prepared statement runs on one plan before it is prepared again
-# (`DEALLOCATE` and `PREPARE` in front of its `EXECUTE`). Its plan is made once, for the
-# tables as they were (their statistics, and their size then): with autovacuum off (the
-# bench), or before it has analysed a table that grew, nothing would make it again. A
-# batch settle's write planned while the intents were a few hundred found them through
-# the partial index of every open intent, not by their keys, and kept doing so as that
-# index filled with the dead entries of the intents dispatched since (bench cell 6: 0.37
-# of PgQueuer's figure; 0.98 so). Made again every REPLAN_AFTER runs, a plan follows the
-# tables' growth, for one planning per REPLAN_AFTER runs (~0.3 ms).
+# How many times a prepared statement whose plan depends on the tables' sizes runs on one
+# plan before it is prepared again (`DEALLOCATE` and `PREPARE` in front of its `EXECUTE`;
+# `prepared(…, replan_after=REPLAN_AFTER)`). Its plan is made once, for the tables as they
+# were (their statistics, and their size then): with autovacuum off (the bench), or before
+# it has analysed a table that grew, nothing would make it again. A batch settle's write
+# planned while the intents were a few hundred found them through the partial index of
+# every open intent, not by their keys, and kept doing so as that index filled with the
+# dead entries of the intents dispatched since (bench cell 6: 0.37 of PgQueuer's figure;
+# 0.98 so). Made again every REPLAN_AFTER runs, its plan follows the tables' growth, for
+# one planning per REPLAN_AFTER runs (~0.3 ms). Only such a statement: a new plan is a
+# planning in that run's latency (a claim's, in a pickup's p99, bench cell 4), and the
+# others' plans, index lookups by key (`INDEX_PLANS`), are the same at any size.
 REPLAN_AFTER = 32
 
 
@@ -316,10 +328,11 @@ def _text_to_send(
     """The text of this use of `statement` on the connection of `uses`, its parameters,
     and whether it prepares it."""
     used = uses.get(statement.name, 0)
-    if used <= PREPARED and PREPARED - used < REPLAN_AFTER - 1:  # its PREPARE ran it once
+    replan = statement.replan_after
+    if used <= PREPARED and (replan is None or PREPARED - used < replan - 1):  # PREPARE ran 1
         uses[statement.name] = used - 1
         return before + statement.execute_sql, statement.arguments(params), False
-    if used <= PREPARED:  # its plan is REPLAN_AFTER runs old: planned again
+    if used <= PREPARED:  # its plan is `replan_after` runs old: planned again
         text = f"{before}DEALLOCATE {statement.name};\n{statement.prepare_sql};\n"
         return text + statement.execute_sql, statement.arguments(params), True
     if used == 1:

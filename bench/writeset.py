@@ -62,6 +62,7 @@ from typing import Any
 
 from agentrun.hashing import secret_digest, stable_hash
 from agentrun.ids import new_id
+from agentrun.prepared_sql import INDEX_PLANS
 from bench import env, worker_process
 from bench.worker_process import wait_for_go
 
@@ -273,6 +274,21 @@ def writeset_steps_worker(args: argparse.Namespace) -> dict[str, Any]:
     return _worker(args, pipelined=False)
 
 
+def _plan_as_asked(conn: Any, *, unprepared: bool) -> None:
+    if unprepared:
+        # psycopg prepares a statement from its fifth use; cell 6 asks for every statement
+        # planned per call (a generic plan does not follow the dead versions a pinned
+        # snapshot piles up: sixth round).
+        conn.prepare_threshold = None
+        return
+    # Prepared, its plans priced as agentrun's prepared statements are
+    # (`agentrun.prepared_sql.INDEX_PLANS`, for the session here): a generic plan made while
+    # the events were few scanned every event later, which agentrun's no longer do (issue
+    # 18, ninth round), and a ceiling must not carry a cost agentrun does not.
+    for setting in INDEX_PLANS.replace("SET LOCAL", "SET").splitlines():
+        conn.execute(setting)
+
+
 def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
     import psycopg
 
@@ -287,11 +303,7 @@ def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
     def slot(index: int) -> None:
         owner = f"writeset:{os.getpid()}:{index}"
         with psycopg.connect(env.database_url(), autocommit=True) as conn:
-            if args.unprepared:
-                # psycopg prepares a statement from its fifth use; cell 6 asks for every
-                # statement planned per call, as agentrun's dispatch is (a generic plan
-                # does not follow the dead versions a pinned snapshot piles up: sixth round).
-                conn.prepare_threshold = None
+            _plan_as_asked(conn, unprepared=args.unprepared)
             ready.wait()
             ready.wait()
             idle_since = None

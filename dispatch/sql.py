@@ -38,7 +38,7 @@ from typing import Any
 
 from django.db import connection
 
-from agentrun.prepared_sql import Prepared, prepared
+from agentrun.prepared_sql import REPLAN_AFTER, Prepared, prepared
 from dispatch.models import RunnerDispatchIntent
 from runs.models import TERMINAL_COMMAND_STATES, TERMINAL_RUN_STATUSES
 
@@ -102,10 +102,13 @@ jobs AS (
 )
 SELECT * FROM settled
 """  # noqa: S608 (the columns are this module's constants)
-# Prepared as the locks in front of it are (`runs.locks.lock_runs_and_commands`): its plan
-# does not depend on its parameters (a JSON text, a time), so the generic one is the
-# custom one, planned once per connection.
-_RECORD_DISPATCHED = prepared("record_dispatched", _RECORD_DISPATCHED_SQL)
+# Prepared as the locks in front of it are (`runs.locks.lock_runs_and_commands`), and
+# planned again every REPLAN_AFTER runs: its plan does not depend on its parameters (a
+# JSON text, a time), but it does on the intents' statistics and number, through the
+# claim's state (`agentrun.prepared_sql.REPLAN_AFTER` says how).
+_RECORD_DISPATCHED = prepared(
+    "record_dispatched", _RECORD_DISPATCHED_SQL, replan_after=REPLAN_AFTER
+)
 
 
 @dataclass(frozen=True)

@@ -282,8 +282,12 @@ def execute_hot_sets(
     raised). Every statement must return rows (a `SELECT`, a `RETURNING`): the rows are
     told from the PREPAREs' and the BEGIN's results by their status. `begins`: the
     outermost block's BEGIN in front of them, as `execute_hot` does it (a batch
-    settle's locks, `runs.locks.lock_runs_and_commands`). Each piece is bound client side
-    on its own (`mogrify`): one piece's parameters may be named, another's positional."""
+    settle's locks, `runs.locks.lock_runs_and_commands`); `before`, statements sent after
+    it (the transaction's plan settings); `commits`, with that BEGIN the string ends with
+    the COMMIT too, and the caller's block then finds the transaction ended and sends
+    nothing (the claim with keys, a transaction of its own in one round trip,
+    `dispatch.locks`). Each piece is bound client side on its own (`mogrify`): one
+    piece's parameters may be named, another's positional."""
     hot = _hot_of(db)
     pieces, preparing = [], []
     for statement, params in statements:
@@ -330,7 +334,8 @@ def _text_to_send(
     used = uses.get(statement.name, 0)
     replan = statement.replan_after
     if used <= PREPARED and (replan is None or PREPARED - used < replan - 1):  # PREPARE ran 1
-        uses[statement.name] = used - 1
+        if replan is not None:
+            uses[statement.name] = used - 1
         return before + statement.execute_sql, statement.arguments(params), False
     if used <= PREPARED:  # its plan is `replan_after` runs old: planned again
         text = f"{before}DEALLOCATE {statement.name};\n{statement.prepare_sql};\n"

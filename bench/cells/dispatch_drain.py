@@ -42,8 +42,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import env, queues
-from bench.celery_workers import celery_workers, journal_starts, producing_to_redis
+from bench import queues
+from bench.celery_workers import (
+    celery_workers,
+    drain_through_celery,
+    journal_starts,
+    producing_to_redis,
+    wait_dispatched,
+)
 from bench.harness import (
     CellReport,
     Figure,
@@ -123,11 +129,11 @@ def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample
         journal = Path(tempfile.mkdtemp(prefix="drain-celery-")) / "journal.log"
         workers = celery_workers(processes=PROCESSES, slots=slots, batch=batch, journal=journal)
         with workers, producing_to_redis():
-            _drain_through_celery(PROCESSES * slots * batch * 2, slots, journal)
+            drain_through_celery(PROCESSES * slots * batch * 2, PROCESSES * slots, journal)
             queues.clear_queues()
             journal.write_text("")  # the workers append to it: from here, the drain's own
-            ids, go = _drain_through_celery(n, slots, journal, wait=False)
-            last = _wait_dispatched(journal, n, timeout=max(120.0, n / 50))
+            ids, go = drain_through_celery(n, PROCESSES * slots, journal, wait=False)
+            last = wait_dispatched(journal, n, timeout=max(120.0, n / 50))
         ledger = queues.execution_ledger(ids, [item for item, _ in journal_starts(journal)])
         facts = queues.intent_ledger(ids)
         undispatched = n - facts["states"].get("dispatched", 0)
@@ -138,51 +144,6 @@ def celery_sample(*, n: int, slots: int, batch: int = 10) -> Callable[[], Sample
         return Sample(n, max(last - go, 1e-6), ledger, extra={"database": facts})
 
     return run
-
-
-def _drain_through_celery(
-    n: int, slots: int, journal: Path, *, wait: bool = True
-) -> tuple[list[str], float]:
-    """Seed n intents and send the dispatch task to every thread, and with `wait` wait for
-    the drain. The seeded ids, and the epoch time the seed committed."""
-    from agentrun.celery import app
-    from agentrun.task_queues import TaskName
-
-    ids = queues.seed("celery", n)
-    seeded = time.time()
-    for _ in range(PROCESSES * slots):
-        app.send_task(TaskName.DISPATCH_BATCH, kwargs={"trigger": "bench"}, queue="dispatch")
-    if wait:
-        _wait_dispatched(journal, n, timeout=60)
-    return ids, seeded
-
-
-def _wait_dispatched(journal: Path, n: int, *, timeout: float) -> float:
-    """Wait until every intent is dispatched; the epoch time of the last dispatch. Until
-    the workers' journal has n launches, this reads the journal's new lines, not the
-    database: a count of the intents in the database, 20 times a second, read every row
-    dispatched so far (12 ms a poll at 30,000, a tenth of a core taken from the side under
-    test). Then the database, for the settles of the last launches."""
-    deadline = time.monotonic() + timeout
-    launched, offset = 0, 0
-    while launched < n and time.monotonic() < deadline:
-        time.sleep(0.05)
-        if journal.exists():
-            with journal.open("rb") as lines:
-                lines.seek(offset)
-                chunk = lines.read()
-            chunk = chunk[: chunk.rfind(b"\n") + 1]  # whole lines only
-            offset += len(chunk)
-            launched += chunk.count(b"start ")
-    with env.admin_connect() as conn:
-        while True:
-            done, last = conn.execute(
-                "SELECT count(*), extract(epoch FROM max(dispatched_at))"
-                " FROM agentrun_runner_dispatch_intents WHERE state = 'dispatched'"
-            ).fetchone()
-            if done >= n or time.monotonic() > deadline:
-                return float(last or time.time())
-            time.sleep(0.01)
 
 
 def run(scale: Scale) -> CellReport:
@@ -389,7 +350,6 @@ def _clear_with_limit(limit: int) -> Callable[[], None]:
 
 def profile_worker(scale: Scale, n: int) -> dict[str, Any]:
     """py-spy one agentrun dispatch worker process while it drains."""
-    import time
 
     seconds = scale.pick(3, 8)
     queues.clear_queues()

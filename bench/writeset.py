@@ -62,7 +62,7 @@ from typing import Any
 
 from agentrun.hashing import secret_digest, stable_hash
 from agentrun.ids import new_id
-from agentrun.prepared_sql import INDEX_PLANS
+from agentrun.prepared_sql import GENERIC_PLANS, INDEX_PLANS
 from bench import env, worker_process
 from bench.worker_process import wait_for_go
 
@@ -281,11 +281,14 @@ def _plan_as_asked(conn: Any, *, unprepared: bool) -> None:
         # snapshot piles up: sixth round).
         conn.prepare_threshold = None
         return
-    # Prepared, its plans priced as agentrun's prepared statements are
-    # (`agentrun.prepared_sql.INDEX_PLANS`, for the session here): a generic plan made while
-    # the events were few scanned every event later, which agentrun's no longer do (issue
-    # 18, ninth round), and a ceiling must not carry a cost agentrun does not.
-    for setting in INDEX_PLANS.replace("SET LOCAL", "SET").splitlines():
+    # Prepared from its first use, with a generic plan priced as agentrun's prepared
+    # statements are (`agentrun.prepared_sql`'s GENERIC_PLANS and INDEX_PLANS, for the
+    # session here): planned once per connection, where psycopg's own rule (prepared from
+    # the fifth use, PostgreSQL choosing a custom or generic plan each time) kept planning,
+    # and agentrun's statements no longer do (issue 18, ninth round). A ceiling must not
+    # carry a cost agentrun does not.
+    conn.prepare_threshold = 0
+    for setting in (GENERIC_PLANS + INDEX_PLANS).replace("SET LOCAL", "SET").splitlines():
         conn.execute(setting)
 
 

@@ -180,14 +180,11 @@ def _claim_with_keys(limit: int) -> Prepared:
     return prepared("claim_with_keys", text)
 
 
-def _fetch_dicts(
-    sql: str, params: dict[str, Any], *, columns: tuple[str, ...] | None = None
-) -> list[dict[str, Any]]:
-    """The statement's rows as dicts, by `columns` (its result's, in order) or else by
-    the cursor's description."""
+def _fetch_dicts(sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The statement's rows as dicts, by the cursor's description."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        names = columns or [column.name for column in cursor.description or []]
+        names = [column.name for column in cursor.description or []]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 

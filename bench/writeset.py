@@ -4,8 +4,9 @@ hand-written in psycopg (no Django), in the fewest round trips raw SQL allows.
 What a batch of up to 10 intents writes and locks, as `dispatch.services.launch
 .dispatch_batch` does on an unlimited profile with a launcher that starts nothing:
 
-1. the claim, one autocommitted statement (round trip 1), as `dispatch.locks
-   .claim_due_intents_with_keys`: the due intents of live runs and commands, oldest due
+1. the claim, one transaction of two statements in one pipeline (round trip 1), as
+   `dispatch.locks.claim_due_intents_with_keys`: the rescue of expired leases, then the
+   due intents of live runs and commands, oldest due
    first, `FOR UPDATE OF i SKIP LOCKED`; each gets `state = dispatching`, a lease (owner,
    expiry) and `attempt_count + 1`; the profile's `capacity` is read; one run-scoped
    runner key row per claimed intent is inserted (a fresh id, prefix and SHA-256 digest of
@@ -69,15 +70,28 @@ from bench.worker_process import wait_for_go
 LEASE_MS = 60_000
 KEY_TTL_S = 3600
 
+# The claim's rescue, as `dispatch.locks`': expired leases given back before the claim.
+RESCUE_SQL = """
+UPDATE agentrun_runner_dispatch_intents i
+SET state = 'retry', lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+FROM (
+    SELECT id FROM agentrun_runner_dispatch_intents
+    WHERE state = 'dispatching' AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) expired
+WHERE i.id = expired.id
+RETURNING i.id
+"""
+
 CLAIM_SQL = """
 WITH due AS (
     SELECT i.id
     FROM agentrun_runner_dispatch_intents i
     JOIN agentrun_runs r ON r.id = i.run_id
     JOIN agentrun_commands c ON c.id = i.command_id
-    WHERE i.state IN ('pending', 'retry', 'dispatching')
+    WHERE i.state IN ('pending', 'retry')
       AND i.next_attempt_at <= now()
-      AND (i.state <> 'dispatching' OR i.lease_expires_at IS NULL OR i.lease_expires_at <= now())
       AND r.status NOT IN ('completed', 'failed', 'blocked', 'cancelled')
       AND c.state NOT IN ('completed', 'failed', 'cancelled')
     ORDER BY i.next_attempt_at, i.created_at
@@ -315,7 +329,12 @@ def _worker(args: argparse.Namespace, *, pipelined: bool) -> dict[str, Any]:
                     "owner": owner, "lease_ms": LEASE_MS, "limit": args.batch,
                     "keys": _keys(args.batch), "ttl_s": KEY_TTL_S,
                 }  # fmt: skip
-                claims = conn.execute(CLAIM_SQL, params).fetchall()
+                # The rescue of expired leases and the claim, one transaction in one
+                # round trip (a pipeline), as agentrun's claim string
+                with conn.pipeline(), conn.transaction():
+                    conn.execute(RESCUE_SQL, {"limit": args.batch})
+                    claimed = conn.execute(CLAIM_SQL, params)
+                claims = claimed.fetchall()
                 if not claims:
                     idle_since = idle_since or time.time()
                     producing = args.latency and time.time() < go[0] + args.until

@@ -2,6 +2,9 @@
 
 - `claim_due_intents` is the worker claim (seed `claimRunnerDispatchIntents`): raw SQL,
   because the ORM cannot say `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)`.
+  Its rescue comes first, in the same transaction: intents whose claim's lease expired
+  are given back (`retry`), then claimed with the due ones, as the seed's claim took an
+  expired lease again in its one walk (migration 0006 says why it is two).
   `claim_due_intents_with_keys` is the same claim with its runner keys' INSERT in the
   same statement (a data-modifying CTE), the dispatcher's pickup path.
 - `lock_intent` locks one intent for a fenced retry / terminalise (and a refused complete:
@@ -42,15 +45,14 @@ from dispatch.models import RunnerDispatchIntent
 # fences its open intents under the run lock, and that UPDATE waits for our intent lock and
 # then re-reads the row, so a claim racing a cancel ends `cancelled`; complete / retry /
 # terminalise re-check run and command under the run lock. `state IN (…)` repeats the
-# partial index predicate so the planner uses `agentrun_rdi_due_open_idx`.
+# partial index predicate so the planner uses `agentrun_rdi_due_idx`.
 _DUE_SQL = """
     SELECT i.id
     FROM agentrun_runner_dispatch_intents i
     JOIN agentrun_runs r ON r.id = i.run_id
     JOIN agentrun_commands c ON c.id = i.command_id
-    WHERE i.state IN ('pending', 'retry', 'dispatching')
+    WHERE i.state IN ('pending', 'retry')
       AND i.next_attempt_at <= now()
-      AND (i.state <> 'dispatching' OR i.lease_expires_at IS NULL OR i.lease_expires_at <= now())
       AND r.status NOT IN ('completed', 'failed', 'blocked', 'cancelled')
       AND c.state NOT IN ('completed', 'failed', 'cancelled')
     ORDER BY i.next_attempt_at, i.created_at
@@ -73,6 +75,27 @@ RETURNING i.id, i.run_id, i.command_id, i.attempt_count, i.lease_owner, i.lease_
             AS capacity
 """
 _CLAIM_SQL = f"WITH due AS ({_DUE_SQL}){_CLAIM_UPDATE_SQL}"
+
+# The claim's rescue: up to `limit` claimed intents whose lease expired (their worker died
+# or hung) are given back, to be claimed by the statement after it in the same
+# transaction: the claim bumps the attempt, so the lost worker's token is stale (its
+# completion is refused). Before migration 0006 the claim found them in its own walk of
+# the due index, which then held every claimed intent. It reads `agentrun_rdi_lease_idx`,
+# whose entries ahead of `now()` are only expired leases: with none, one index probe. A
+# `dispatching` intent has a lease; a NULL one (never written by agentrun) is taken too,
+# as the seed's claim did. SKIP LOCKED: a concurrent claimer's rescue takes the others.
+_RESCUE_SQL = """
+UPDATE agentrun_runner_dispatch_intents i
+SET state = 'retry', lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+FROM (
+    SELECT id FROM agentrun_runner_dispatch_intents
+    WHERE state = 'dispatching' AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) expired
+WHERE i.id = expired.id
+RETURNING i.id
+"""
 
 # The columns of a claim with keys, named here once: its rows are read by these names, not
 # by the cursor's `description`, which builds a column object per column per claim (~40 µs
@@ -127,6 +150,8 @@ def claim_due_intents(*, owner: str, lease_ms: int, limit: int) -> list[dict[str
     the claim is the commit of that transaction, one per batch.
     """
     assert connection.in_atomic_block, "claim_due_intents needs an open transaction"
+    with connection.cursor() as cursor:
+        cursor.execute(_RESCUE_SQL, {"limit": limit})
     rows = _fetch_dicts(_CLAIM_SQL, {"owner": owner, "lease_ms": lease_ms, "limit": limit})
     rows.sort(key=lambda row: (row["next_attempt_at"], row["created_at"]))
     return rows
@@ -163,9 +188,9 @@ def claim_due_intents_with_keys(
     }
     db = default_connection()
     with transaction.atomic(durable=True):
-        (rows,) = execute_hot_sets(
+        _rescued, rows = execute_hot_sets(
             db,
-            [(_claim_with_keys(len(keys)), params)],
+            [(_rescue(len(keys)), {}), (_claim_with_keys(len(keys)), params)],
             begins=True,
             before=INDEX_PLANS + GENERIC_PLANS,
             commits=True,
@@ -178,6 +203,12 @@ def _claim_with_keys(limit: int) -> Prepared:
     """The claim with keys of `limit` intents (an int, written into the text)."""
     text = _CLAIM_WITH_KEYS_SQL.replace("%(limit)s", str(int(limit)))
     return prepared("claim_with_keys", text)
+
+
+@cache
+def _rescue(limit: int) -> Prepared:
+    """The rescue of up to `limit` expired claims (an int, written into the text)."""
+    return prepared("rescue_expired", _RESCUE_SQL.replace("%(limit)s", str(int(limit))))
 
 
 def _fetch_dicts(sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:

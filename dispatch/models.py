@@ -27,6 +27,9 @@ class IntentState(models.TextChoices):
 
 # A tuple: the claim index's condition uses it, and a migration keeps its order.
 OPEN_INTENT_STATES = (IntentState.PENDING, IntentState.RETRY, IntentState.DISPATCHING)
+# What the claim takes by due time; a `dispatching` intent is taken again only once its
+# lease has expired, found by its own index (`dispatch.locks`, migration 0006).
+CLAIMABLE_INTENT_STATES = (IntentState.PENDING, IntentState.RETRY)
 
 
 class RunnerDispatchIntent(Leased, TextIdModel, Timestamped):
@@ -53,13 +56,21 @@ class RunnerDispatchIntent(Leased, TextIdModel, Timestamped):
     class Meta:
         db_table = "agentrun_runner_dispatch_intents"
         indexes = [
-            # The claim's hot path: only open intents, by due time. Terminal rows (most of
-            # the table over time) are not in it.
+            # The claim's hot path: only intents waiting for a claim, by due time. Terminal
+            # rows (most of the table over time) are not in it, nor claimed ones: a claim
+            # walked every in-flight intent's entry, and under a pinned snapshot every dead
+            # one, twice per intent (migration 0006).
             partial_index(
                 "next_attempt_at",
                 "created_at",
-                where=models.Q(state__in=OPEN_INTENT_STATES),
-                name="agentrun_rdi_due_open_idx",
+                where=models.Q(state__in=CLAIMABLE_INTENT_STATES),
+                name="agentrun_rdi_due_idx",
+            ),
+            # Claimed intents by lease expiry: what the claim's rescue looks for.
+            partial_index(
+                "lease_expires_at",
+                where=models.Q(state=IntentState.DISPATCHING),
+                name="agentrun_rdi_lease_idx",
             ),
             models.Index(fields=["run", "state"], name="agentrun_rdi_run_state_idx"),
         ]

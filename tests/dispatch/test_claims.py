@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from django.utils import timezone
 
 from agentrun.models import ApiKey
 from dispatch.models import RunnerDispatchIntent
@@ -90,6 +91,48 @@ def test_a_worker_that_dies_after_claiming_is_reclaimed_after_its_lease_and_disp
         complete_intent(claim=dead, launched=_launched_for(dead))
     assert RunnerJob.objects.filter(run=command.run_id).count() == 1
     assert phases(command.run_id).count("runner-dispatched") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_expired_claims_raced_by_four_claimers_are_each_dispatched_once() -> None:
+    """The claim's rescue (dispatch 0006): the expired claims of a dead worker are given
+    back and claimed in the claimer's transaction, each by one claimer, whatever races."""
+    Backend.objects.filter(profile="scripted").update(capacity={})
+    commands = [make_dispatch_command() for _ in range(60)]
+    dead = claim_intents(owner="dead-worker", lease_ms=60_000, limit=100)
+    assert len(dead) == 60
+    RunnerDispatchIntent.objects.update(lease_expires_at=timezone.now())
+    launcher = RecordingLauncher()
+    shares = race([_claimer(f"worker-{n}", launcher) for n in range(CLAIMERS)])
+    assert not [share for share in shares if isinstance(share, Exception)], shares
+    assert sum(share["dispatched"] for share in shares) == 60, shares
+    assert sorted(launcher.launches.values()) == [1] * 60
+    states = set(RunnerDispatchIntent.objects.values_list("state", "attempt_count"))
+    assert states == {("dispatched", 2)}
+    for command in commands:
+        assert phases(command.run_id).count("runner-dispatched") == 1
+    with pytest.raises(StaleClaimError):  # the dead worker comes back: refused
+        complete_intent(claim=dead[0], launched=_launched_for(dead[0]))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_rescues_at_most_its_batch_and_leaves_live_leases() -> None:
+    """Expired claims beyond the batch are left to the next claim's rescue; a claim whose
+    lease is live is not touched."""
+    for _ in range(16):
+        make_dispatch_command()
+    (live,) = claim_intents(owner="live-worker", lease_ms=60_000, limit=1)
+    claim_intents(owner="dead-worker", lease_ms=60_000, limit=100)
+    RunnerDispatchIntent.objects.exclude(pk=live.id).update(lease_expires_at=timezone.now())
+    first = claim_intents(owner="worker-a", lease_ms=60_000, limit=10)
+    assert len(first) == 10 and {claim.attempt_count for claim in first} == {2}
+    waiting = RunnerDispatchIntent.objects.filter(lease_owner="dead-worker")
+    assert waiting.count() == 5
+    assert set(waiting.values_list("state", "attempt_count")) == {("dispatching", 1)}
+    second = claim_intents(owner="worker-b", lease_ms=60_000, limit=10)
+    assert len(second) == 5 and {claim.attempt_count for claim in second} == {2}
+    kept = RunnerDispatchIntent.objects.get(pk=live.id)
+    assert (kept.state, kept.lease_owner, kept.attempt_count) == ("dispatching", "live-worker", 1)
 
 
 @pytest.mark.django_db(transaction=True)

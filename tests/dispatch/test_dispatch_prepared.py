@@ -123,7 +123,7 @@ def _generic_plan(name: str, arguments: str | None = None) -> str:
         arguments = arguments or ", ".join(_ARGUMENT[kind] for kind in types)
         # Forced for the EXPLAIN too, so it shows the cached generic plan, not a new one.
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"EXPLAIN EXECUTE {full}({arguments})")
+        cursor.execute(f"EXPLAIN EXECUTE {full}" + (f"({arguments})" if arguments else ""))
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
@@ -145,6 +145,11 @@ def test_plans_made_while_the_tables_are_small_still_use_the_indexes() -> None:
     assert "Seq Scan" not in plan and "Hash Join" not in plan, plan
     assert "Merge Join" not in plan and "Bitmap" not in plan, plan
     assert "Index Scan using agentrun_runner_dispatch_intents_pkey" in plan, plan
+    # Due intents in order from the index of waiting ones only; the rescue's expired leases
+    # from the index of claimed ones (dispatch 0006): neither walks the other's rows.
+    assert "agentrun_rdi_due_idx" in plan and "agentrun_rdi_lease_idx" not in plan, plan
+    rescue = _generic_plan("rescue_expired")
+    assert "agentrun_rdi_lease_idx" in rescue and "Seq Scan" not in rescue, rescue
 
 
 def test_a_claim_that_fails_after_its_begin_leaves_nothing_claimed_and_the_next_works() -> None:

@@ -18,7 +18,10 @@ INDEXES = {
     "agentrun_runner_dispatch_intents": {
         "agentrun_runner_dispatch_intents_pkey": ["id"],
         "agentrun_runner_dispatch_intents_command_id_key": ["command_id"],
-        "agentrun_rdi_due_open_idx": ["next_attempt_at", "created_at"],
+        # The claim's two (dispatch 0006): waiting intents by due time, claimed ones by
+        # lease expiry.
+        "agentrun_rdi_due_idx": ["next_attempt_at", "created_at"],
+        "agentrun_rdi_lease_idx": ["lease_expires_at"],
         "agentrun_rdi_run_state_idx": ["run_id", "state"],
     },
     "agentrun_runner_jobs": {

@@ -76,7 +76,7 @@ UPDATE agentrun_runner_dispatch_intents i
 SET state = 'retry', lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 FROM (
     SELECT id FROM agentrun_runner_dispatch_intents
-    WHERE state = 'dispatching' AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+    WHERE state = 'dispatching' AND lease_expires_at <= now()
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) expired
@@ -156,7 +156,8 @@ settled AS (
       actual_runner_job_id = j.id, active_runner_id = j.runner_id, updated_at = %(now)s,
       lease_owner = NULL, lease_expires_at = NULL, last_error = NULL
   FROM j, agentrun_runs r, agentrun_commands c
-  WHERE i.id = j.intent_id AND i.state = 'dispatching'
+  WHERE i.id = ANY (ARRAY(SELECT j.intent_id FROM j)) AND i.id = j.intent_id
+    AND i.state IS NOT DISTINCT FROM 'dispatching'  -- as `dispatch.sql`: by the keys
     AND i.lease_owner = j.lease_owner AND i.attempt_count = j.attempt_count
     AND r.id = i.run_id AND r.status NOT IN ('completed', 'failed', 'blocked', 'cancelled')
     AND c.id = i.command_id AND c.state NOT IN ('completed', 'failed', 'cancelled')

@@ -82,14 +82,15 @@ _CLAIM_SQL = f"WITH due AS ({_DUE_SQL}){_CLAIM_UPDATE_SQL}"
 # completion is refused). Before migration 0006 the claim found them in its own walk of
 # the due index, which then held every claimed intent. It reads `agentrun_rdi_lease_idx`,
 # whose entries ahead of `now()` are only expired leases: with none, one index probe. A
-# `dispatching` intent has a lease; a NULL one (never written by agentrun) is taken too,
-# as the seed's claim did. SKIP LOCKED: a concurrent claimer's rescue takes the others.
+# `dispatching` intent always has a lease (the claim sets it; every way out of the state
+# clears it), so the seed's `OR lease_expires_at IS NULL` is not repeated: it would make
+# the index unusable. SKIP LOCKED: a concurrent claimer's rescue takes the others.
 _RESCUE_SQL = """
 UPDATE agentrun_runner_dispatch_intents i
 SET state = 'retry', lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 FROM (
     SELECT id FROM agentrun_runner_dispatch_intents
-    WHERE state = 'dispatching' AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+    WHERE state = 'dispatching' AND lease_expires_at <= now()
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) expired

@@ -66,10 +66,12 @@ class RunnerDispatchIntent(Leased, TextIdModel, Timestamped):
                 where=models.Q(state__in=CLAIMABLE_INTENT_STATES),
                 name="agentrun_rdi_due_idx",
             ),
-            # Claimed intents by lease expiry: what the claim's rescue looks for.
+            # Claimed intents by lease expiry: what the claim's rescue looks for. The lease in
+            # the predicate too, so that only a query on the lease can use it: a settle's
+            # `state = 'dispatching'` alone matched it, and read every claimed intent.
             partial_index(
                 "lease_expires_at",
-                where=models.Q(state=IntentState.DISPATCHING),
+                where=models.Q(state=IntentState.DISPATCHING, lease_expires_at__isnull=False),
                 name="agentrun_rdi_lease_idx",
             ),
             models.Index(fields=["run", "state"], name="agentrun_rdi_run_state_idx"),

@@ -80,7 +80,14 @@ settled AS (
   FROM j, agentrun_runs r, agentrun_commands c
   -- The claim's fence, as a compare-and-set on its token: an intent re-claimed or settled
   -- meanwhile is not written (the caller reads it to say why).
-  WHERE i.id = j.intent_id AND i.state = 'dispatching'
+  -- The intents by their key: `= ANY` of the batch's ids, which the planner prices as a
+  -- few rows, and the state not as an index condition (`IS NOT DISTINCT FROM`: the
+  -- state is never NULL). Joined on `j` alone (priced as 100 rows, a set-returning
+  -- function's guess) with `state = 'dispatching'`, the planner read every claimed
+  -- intent through an index on the state instead of ten by their keys: under a pinned
+  -- snapshot 7,000 to 21,000 dead entries a settle (bench cell 6, auto_explain).
+  WHERE i.id = ANY (ARRAY(SELECT j.intent_id FROM j)) AND i.id = j.intent_id
+    AND i.state IS NOT DISTINCT FROM 'dispatching'
     AND i.lease_owner = j.lease_owner AND i.attempt_count = j.attempt_count
   -- ... and the run's and the command's: neither ended. Their rows are locked by the
   -- caller (before this statement, in its round trip), so they are as the caller read

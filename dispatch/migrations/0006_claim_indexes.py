@@ -10,8 +10,12 @@ one's, which no scan can mark dead while the snapshot lives.
 Now the due index is `pending` and `retry` only, and a claimed intent is found by its
 lease's expiry in an index of its own, which the claim's rescue reads first
 (`dispatch.locks`): an expired lease is given back (`retry`) and claimed in the same
-transaction, as the seed's claim took it again. The new indexes are built before the old
-one is dropped, so claims keep an index throughout.
+transaction, as the seed's claim took it again. The lease index's predicate names the
+lease (`IS NOT NULL`) so that only a condition on the lease can use it: with the state
+alone it also matched the settle's compare-and-set (`state = 'dispatching'`), which the
+planner then answered by reading every claimed intent, dead versions included, instead of
+the ten by their keys (bench cell 6). The new indexes are built before the old one is
+dropped, so claims keep an index throughout.
 """
 
 from django.db import migrations, models
@@ -35,7 +39,7 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="runnerdispatchintent",
             index=models.Index(
-                condition=models.Q(("state", "dispatching")),
+                condition=models.Q(("lease_expires_at__isnull", False), ("state", "dispatching")),
                 fields=["lease_expires_at"],
                 name="agentrun_rdi_lease_idx",
             ),

@@ -148,6 +148,10 @@ def test_plans_made_while_the_tables_are_small_still_use_the_indexes() -> None:
     # Due intents in order from the index of waiting ones only; the rescue's expired leases
     # from the index of claimed ones (dispatch 0006): neither walks the other's rows.
     assert "agentrun_rdi_due_idx" in plan and "agentrun_rdi_lease_idx" not in plan, plan
+    settle = _generic_plan("record_dispatched")
+    assert "agentrun_runner_dispatch_intents_pkey" in settle, settle
+    assert "agentrun_rdi_lease_idx" not in settle and "Seq Scan" not in settle, settle
+    assert "agentrun_rdi_run_state_idx" not in settle, settle
     rescue = _generic_plan("rescue_expired")
     assert "agentrun_rdi_lease_idx" in rescue and "Seq Scan" not in rescue, rescue
 

@@ -8,7 +8,8 @@ that runs them (`GENERIC_PLANS`, `INDEX_PLANS`) and their plans made again every
 is the part of it that only the measured hot paths use: a runner's append (`runs.sql`,
 `runs.locks`' run lock through `raw_sql.read_models(hot=…)`) and a dispatch batch (its
 claim with keys, `dispatch.locks`; its settle's locks and write,
-`runs.locks.lock_runs_and_commands`; its events statement, `runs.sql`).
+`runs.locks.lock_runs_and_commands`; its events statement, `runs.sql`) and a runner's
+heartbeat (`runs.locks.extend_live_lease`).
 """
 
 from __future__ import annotations

@@ -164,6 +164,12 @@ def select_models_sql(model: type[Model], tail: str, *, deferred: tuple[str, ...
     return f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)} {tail}"  # noqa: S608
 
 
+def model_columns(model: type[Model], *, deferred: tuple[str, ...] = ()) -> str:
+    """The column list of `select_models_sql`, for a statement that returns whole rows
+    another way (an UPDATE's `RETURNING`); its rows are read with `models_from_rows`."""
+    return _select_shape(model, deferred)[0]
+
+
 def models_from_rows(
     model: type[M],
     rows: Iterable[Sequence[Any]],

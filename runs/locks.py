@@ -2,15 +2,17 @@
 
 Lock order, everywhere: the run row first, then its command rows (by seq), then the
 session row (sessions app). Every helper must be called inside the service's transaction;
-the locks are held until it commits. `no_key=True` is not used: finishing and cancelling
-change columns that other writers read under the same lock, and the seed takes plain
-`FOR UPDATE`.
+the locks are held until it commits. One exception, a whole write in one statement: a
+runner's heartbeat (`extend_live_lease`, at the end). `no_key=True` is not used:
+finishing and cancelling change columns that other writers read under the same lock, and
+the seed takes plain `FOR UPDATE`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -20,17 +22,19 @@ from agentrun.prepared_sql import (
     INDEX_PLANS,
     Prepared,
     default_connection,
+    execute_hot,
     execute_hot_sets,
     prepared,
 )
 from agentrun.raw_sql import (
     Params,
+    model_columns,
     models_from_rows,
     read_models,
     select_models_sql,
 )
 from runs.control_models import Approval, ApprovalState
-from runs.models import TERMINAL_COMMAND_STATES, Command, Run, RunnerJob
+from runs.models import TERMINAL_COMMAND_STATES, TERMINAL_RUN_STATUSES, Command, Run, RunnerJob
 from runs.sql import text_array
 
 
@@ -300,3 +304,61 @@ def lock_pending_approvals(run: Run, *, command_id: str | None = None) -> list[A
     if command_id is not None:
         pending = pending.filter(command_id=command_id)
     return list(pending.order_by("created_at", "id"))
+
+
+# --- a runner's heartbeat, one statement ----------------------------------------------
+#
+# Why raw: every live run's runner heartbeats each third of its lease, a steady write load
+# that grows with the runs in flight; written with the ORM it was six round trips (BEGIN,
+# the run's lock, three UPDATEs, COMMIT), each statement compiled again. A heartbeat that
+# holds the live claim is this one statement, autocommitted. Its run UPDATE takes the
+# run's row lock and checks the fence under it (READ COMMITTED re-reads a row another
+# transaction changed and re-checks the WHERE on its latest version, as `FOR UPDATE`
+# does); the lease and the runner row come after it, in the lock order, because both
+# read what it returned. A heartbeat that does not hold the claim (another epoch, another
+# runner, an ended run, no run) matches no row and writes nothing: the service then takes
+# the locked path, which records the refusal or answers with the ended run.
+_HEARTBEAT_SQL = """\
+WITH beat AS (
+  UPDATE agentrun_runs
+  SET lease_expires_at = %(expires_at)s::timestamptz, updated_at = %(now)s::timestamptz
+  WHERE id = %(run_id)s::text AND lease_epoch = %(lease_epoch)s::int
+    AND claimed_by = %(runner_id)s::text AND status <> ALL(%(terminal)s::text[])
+  RETURNING {columns}
+),
+lease AS (
+  UPDATE agentrun_leases
+  SET lease_expires_at = %(expires_at)s::timestamptz, updated_at = %(now)s::timestamptz
+  WHERE run_id = (SELECT id FROM beat)
+),
+runner AS (
+  UPDATE agentrun_runners SET heartbeat_at = %(now)s::timestamptz
+  WHERE id = %(runner_id)s::text AND tenant_id = (SELECT tenant_id FROM beat)
+)
+SELECT * FROM beat"""
+_TERMINAL = sorted(TERMINAL_RUN_STATUSES)
+
+
+@cache
+def _heartbeat() -> Prepared:
+    return prepared("heartbeat", _HEARTBEAT_SQL.format(columns=model_columns(Run)))
+
+
+def extend_live_lease(
+    *, run_id: str, runner_id: str, lease_epoch: int, expires_at: datetime, now: datetime
+) -> Run | None:
+    """Extend the live claim's lease to `expires_at` in one autocommitted statement (see
+    above): the run as written, or None when `runner_id` at `lease_epoch` does not hold a
+    live claim of the run (nothing written). Its own transaction when the caller has
+    none (a runner's heartbeat has none: `runs.services.lifecycle.heartbeat_run`)."""
+    params = {
+        "run_id": run_id,
+        "runner_id": runner_id,
+        "lease_epoch": lease_epoch,
+        "expires_at": expires_at,
+        "now": now,
+        "terminal": _TERMINAL,
+    }
+    db = default_connection()
+    rows = execute_hot(db, _heartbeat(), params)
+    return models_from_rows(Run, rows, db=db)[0] if rows else None

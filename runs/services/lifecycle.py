@@ -24,7 +24,7 @@ from agentrun.ids import new_id
 from agentrun.locks import LockKey, advisory_xact_lock
 from agentrun.row_inserts import Check, insert_row, pending_inserts
 from dispatch import intents
-from runs.locks import lock_run, lock_run_commands
+from runs.locks import extend_live_lease, lock_run, lock_run_commands
 from runs.models import (
     Backend,
     Command,
@@ -246,7 +246,29 @@ def heartbeat_run(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: in
     runner learns it was cancelled.
 
     Locks: the run row. Errors: 404; 409 `stale_lease` when the claim is not current.
+    A heartbeat of the live claim is one statement (`runs.locks.extend_live_lease`); any
+    other takes the run's lock here and is answered as before.
     """
+    now = timezone.now()
+    beat = extend_live_lease(
+        run_id=run_id,
+        runner_id=runner_id,
+        lease_epoch=lease_epoch,
+        expires_at=now + timedelta(milliseconds=lease_ms),
+        now=now,
+    )
+    if beat is not None:
+        return beat
+    return _heartbeat_not_live(
+        run_id=run_id, runner_id=runner_id, lease_epoch=lease_epoch, lease_ms=lease_ms
+    )
+
+
+def _heartbeat_not_live(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: int) -> Run:
+    """A heartbeat that did not hold the live claim when its statement ran: under the run's
+    lock, refused and recorded when stale, the run returned as it is when it ended. The
+    claim may have become live in between (a claim committed meanwhile): then the lease is
+    extended here, as the one statement would have."""
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
         refusal = fence_runner_write(

@@ -14,6 +14,9 @@ cancels the request's task, which the ASGI server answers by closing the connect
 A graceful stop of the server would otherwise wait its whole timeout for open streams
 (they never end by themselves): one watcher per event loop notices uvicorn's exit flag and
 ends every open stream at once; clients reconnect (the `retry:` hint) and resume exactly.
+The watcher interrupts a stream's wait by cancelling its task, and the stream ends its
+body there, so the response completes (the chunked body's last chunk is sent): a stream
+left cancelled would be a cut response, logged by uvicorn as an ERROR per stream.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ EXIT_POLL_S = 0.25
 _open_streams: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[object]]] = (
     weakref.WeakKeyDictionary()
 )
+# The streams' tasks the exit watcher cancelled: their cancellation ends the body.
+_ended_by_stop: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
 
 
 def _server_exiting() -> bool:
@@ -52,6 +57,7 @@ async def _watch_exit(tasks: set[asyncio.Task[object]]) -> None:
         if _server_exiting():
             log.info("server stopping: ending %d open streams", len(tasks))
             for task in list(tasks):
+                _ended_by_stop.add(task)
                 task.cancel()
             return
         await asyncio.sleep(EXIT_POLL_S)
@@ -140,6 +146,10 @@ async def body(
                 yield chunk  # the server writes it before asking for the next one
             finally:
                 watchdog.cancel()
+    except asyncio.CancelledError:
+        if task is None or task not in _ended_by_stop:
+            raise  # a slow reader, a disconnect: the request ends here
+        task.uncancel()  # the server is stopping: the body ends, the response completes
     finally:
         tracked.discard(task)
         await source.aclose()  # closes `events` too: its waiter is unregistered at once

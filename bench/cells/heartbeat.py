@@ -35,7 +35,6 @@ from runs.services.lifecycle import heartbeat_run
 
 RUNS = THREADS = 8
 LEASE_MS = 60_000
-TERMINAL = TERMINAL_RUN_STATUSES
 
 LOCK_RUN = (
     "SELECT status, claimed_by, lease_epoch, tenant_id FROM agentrun_runs WHERE id = %s FOR UPDATE"
@@ -97,9 +96,10 @@ def raw_heartbeat(conn: Any, run: fixtures.ClaimedRun) -> None:
         status, claimed_by, epoch, tenant = conn.execute(
             LOCK_RUN, [run.run_id], prepare=True
         ).fetchone()
-        if epoch != run.lease_epoch or (status not in TERMINAL and claimed_by != run.runner_id):
+        live = status not in TERMINAL_RUN_STATUSES
+        if epoch != run.lease_epoch or (live and claimed_by != run.runner_id):
             raise RuntimeError("raw heartbeat: stale lease")
-        if status not in TERMINAL:
+        if live:
             now = datetime.now(UTC)
             expires = now + timedelta(milliseconds=LEASE_MS)
             conn.execute(EXTEND_RUN, [expires, now, run.run_id], prepare=True)

@@ -32,7 +32,6 @@ from runs.models import (
     FailureKind,
     Lease,
     Run,
-    Runner,
     RunStatus,
 )
 from runs.phases import Phase
@@ -249,13 +248,8 @@ def heartbeat_run(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: in
     A heartbeat of the live claim is one statement (`runs.locks.extend_live_lease`); any
     other takes the run's lock here and is answered as before.
     """
-    now = timezone.now()
-    beat = extend_live_lease(
-        run_id=run_id,
-        runner_id=runner_id,
-        lease_epoch=lease_epoch,
-        expires_at=now + timedelta(milliseconds=lease_ms),
-        now=now,
+    beat = _extend_lease(
+        run_id=run_id, runner_id=runner_id, lease_epoch=lease_epoch, lease_ms=lease_ms
     )
     if beat is not None:
         return beat
@@ -264,25 +258,31 @@ def heartbeat_run(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: in
     )
 
 
+def _extend_lease(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: int) -> Run | None:
+    now = timezone.now()
+    return extend_live_lease(
+        run_id=run_id,
+        runner_id=runner_id,
+        lease_epoch=lease_epoch,
+        expires_at=now + timedelta(milliseconds=lease_ms),
+        now=now,
+    )
+
+
 def _heartbeat_not_live(*, run_id: str, runner_id: str, lease_epoch: int, lease_ms: int) -> Run:
-    """A heartbeat that did not hold the live claim when its statement ran: under the run's
-    lock, refused and recorded when stale, the run returned as it is when it ended. The
-    claim may have become live in between (a claim committed meanwhile): then the lease is
-    extended here, as the one statement would have."""
+    """A heartbeat that did not hold the live claim when its statement ran, under the run's
+    lock: refused and recorded when stale, the run returned as it is when it ended; should
+    the claim be live by now after all, extended by the same statement, under the lock."""
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
         refusal = fence_runner_write(
             run, runner_id=runner_id, lease_epoch=lease_epoch, source="heartbeat"
         )
         if refusal is None and not run.is_terminal:
-            now = timezone.now()
-            run.lease_expires_at = now + timedelta(milliseconds=lease_ms)
-            run.updated_at = now
-            run.save(update_fields=["lease_expires_at", "updated_at"])
-            Lease.objects.filter(run=run).update(
-                lease_expires_at=run.lease_expires_at, updated_at=now
+            extended = _extend_lease(
+                run_id=run_id, runner_id=runner_id, lease_epoch=lease_epoch, lease_ms=lease_ms
             )
-            Runner.objects.filter(pk=runner_id, tenant_id=run.tenant_id).update(heartbeat_at=now)
+            run = extended or run
     if refusal:
         raise refusal
     return run

@@ -151,7 +151,7 @@ def test_a_heartbeat_waiting_on_a_takeover_is_fenced_by_the_new_claim() -> None:
     assert locked.wait(timeout=60)
     beating = threading.Thread(target=heartbeat)
     beating.start()
-    waiting = _wait_for_lock_wait(run.id)
+    waiting = _wait_for_lock_wait()
     release.set()
     holder.join(timeout=60)
     beating.join(timeout=60)
@@ -164,7 +164,7 @@ def test_a_heartbeat_waiting_on_a_takeover_is_fenced_by_the_new_claim() -> None:
     assert [event.payload["runner_id"] for event in late_writes(run)] == ["runner-old"]
 
 
-def _wait_for_lock_wait(run_id: str) -> bool:
+def _wait_for_lock_wait() -> bool:
     """Whether a backend came to wait on a row lock (the heartbeat's UPDATE behind the
     takeover), polled on a condition rather than slept on."""
     deadline = timezone.now() + timedelta(seconds=60)
